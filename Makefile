@@ -1,0 +1,43 @@
+# inferwatch — two commands: `make test` and `make demo`. Both install what they need first:
+# a .venv with the package and its test extras, and (as root, via apt-get) Prometheus and Alertmanager.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+APT_PACKAGES := prometheus prometheus-alertmanager
+PYTEST_ARGS ?=
+ARGS ?=
+
+.PHONY: test test-fast demo install system-deps bench generate clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+# Debian packages for the real Prometheus/promtool and Alertmanager/amtool the tests start.
+system-deps:
+	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
+	    || ! command -v amtool >/dev/null; then \
+	  echo "installing Debian packages: $(APT_PACKAGES)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
+
+test: install system-deps
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Everything but the slow end-to-end scenarios.
+test-fast: install system-deps
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: install system-deps
+	$(BIN)/inferwatch demo $(ARGS)
+
+generate: install
+	$(BIN)/inferwatch generate
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache

@@ -1,0 +1,278 @@
+"""The inferwatch spec: one YAML file (`inferwatch.yaml`) holding targets, thresholds, SLOs, tenants and
+tiers, routes and channels. Everything generated (rules, dashboards, Prometheus and Alertmanager config) and
+every service (exporters, notifier) reads it through `load_spec()`.
+
+Every field has a default and says when to change it; defaults for thresholds come from the platform's
+operating experience noted in the issues (e.g. GPU temperature 85 °C, Triton P95 queue 500 ms, TTFT P95
+300 ms for real-time) and from the Google SRE Workbook for burn rates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferwatch.specload import Duration, Secret, SpecError, build, field
+
+__all__ = ["Spec", "SpecError", "Duration", "Secret", "load_spec", "DEFAULT_SPEC_PATH"]
+
+DEFAULT_SPEC_PATH = "inferwatch.yaml"
+LAYERS = ("L1", "L2", "L3")
+SEVERITIES = ("critical", "warning", "info")
+OTHER = "other"  # the label value every undeclared tenant/tier/model folds into
+
+
+def _d(text: str) -> Duration:
+    return Duration.parse(text)
+
+
+# --------------------------------------------------------------------------------------------- targets
+@dataclasses.dataclass
+class TritonTarget:
+    """One Triton server. `name` becomes the `triton` label; `node` the `node` label alerts name."""
+
+    name: str
+    url: str = field(doc="HTTP API base, e.g. http://triton-0:8000")
+    metrics_url: str = field("", doc="Triton's own /metrics; default: the url's host on port 8002")
+    node: str = field("", doc="node (host) the server runs on; used by L2 alerts and inhibition")
+    headers: dict[str, Secret] = field({}, doc="extra request headers, e.g. triton-access-token: ${TOKEN}")
+    metrics_interval_ms: int = field(2000, doc="Triton's --metrics-interval-ms (its default is 2000)")
+
+    def _validate(self, path: str) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise SpecError(f"{path}.url", f"expected an http(s) URL, got {self.url!r}")
+
+    @property
+    def metrics_address(self) -> str:
+        """host:port of Triton's own metrics endpoint (for Prometheus scrape targets)."""
+        from urllib.parse import urlparse
+
+        if self.metrics_url:
+            parsed = urlparse(self.metrics_url)
+            return parsed.netloc
+        parsed = urlparse(self.url)
+        return f"{parsed.hostname}:8002"
+
+
+@dataclasses.dataclass
+class Targets:
+    """Where the running parts are. Addresses are host:port as Prometheus scrape targets take them."""
+
+    prometheus: str = field("http://127.0.0.1:9090", doc="Prometheus base URL (triage, demo)")
+    alertmanager: str = field("http://127.0.0.1:9093", doc="Alertmanager base URL (triage --firing)")
+    notifier: str = field("http://127.0.0.1:9410", doc="notifier base URL Alertmanager posts to")
+    triton: list[TritonTarget] = field([], doc="Triton servers to scrape and poll")
+    gpu_exporters: list[str] = field(["127.0.0.1:9400"], doc="inferwatch GPU exporters or dcgm-exporters")
+    triton_collectors: list[str] = field(["127.0.0.1:9401"], doc="inferwatch Triton collectors")
+    gateways: list[str] = field(["127.0.0.1:9402"], doc="gateway exporters' metrics ports")
+    notifiers: list[str] = field([], doc="notifier /metrics addresses; default: the notifier URL's host:port")
+
+
+@dataclasses.dataclass
+class PrometheusSettings:
+    scrape_interval: Duration = field(_d("15s"), doc="raise for large fleets; must be >= Triton metrics interval")
+    evaluation_interval: Duration = field(_d("15s"), doc="rule evaluation interval")
+    external_labels: dict[str, str] = field({}, doc="e.g. cluster: prod-a")
+
+
+# ---------------------------------------------------------------------------------------------- layers
+@dataclasses.dataclass
+class GpuLayer:
+    """L1 thresholds."""
+
+    temperature_critical_celsius: float = field(85.0, doc="most datacenter GPUs slow down from ~87 °C")
+    memory_used_warning_ratio: float = field(0.90)
+    memory_used_critical_ratio: float = field(0.95)
+    critical_xids: list[int] = field([48, 63, 64, 74, 79, 94, 95, 119, 120],
+                                     doc="XIDs that mean hardware/driver trouble; never 13, 31, 43 (app faults)")
+    for_: Duration = field(_d("2m"), key="for", doc="default `for` of L1 alerts")
+
+
+@dataclasses.dataclass
+class ModelOverride:
+    error_ratio: float | None = None
+    queue_p95_seconds: float | None = None
+    pending_requests: float | None = None
+
+
+@dataclasses.dataclass
+class TritonLayer:
+    """L2 thresholds; `models` overrides them per model name."""
+
+    error_ratio: float = field(0.01, doc="failed / all requests over 5m")
+    min_request_rate: float = field(0.1, doc="req/s below which error ratios are not judged (low-traffic guard)")
+    queue_p95_seconds: float = field(0.5)
+    pending_requests: float = field(100.0)
+    batching_efficiency_ratio: float = field(0.5, doc="achieved/preferred batch size below this is ineffective")
+    canary_regression_ratio: float = field(0.05, doc="newer version worse than older by more than 5 %")
+    for_: Duration = field(_d("5m"), key="for")
+    models: dict[str, ModelOverride] = field({})
+
+
+@dataclasses.dataclass
+class LlmLayer:
+    """L3 thresholds (per-tier targets live under `tiers`)."""
+
+    cancellation_ratio: float = field(0.2)
+    throughput_collapse_ratio: float = field(0.5, doc="tokens/s below this fraction of the same hour yesterday")
+    min_request_rate: float = field(0.05)
+    for_: Duration = field(_d("5m"), key="for")
+
+
+@dataclasses.dataclass
+class Layers:
+    L1: GpuLayer = field(GpuLayer)
+    L2: TritonLayer = field(TritonLayer)
+    L3: LlmLayer = field(LlmLayer)
+
+
+# ------------------------------------------------------------------------------------- tenants / tiers
+@dataclasses.dataclass
+class Tier:
+    """An SLA class. `services` are the X-Service-Name values that map to it."""
+
+    services: list[str] = field([])
+    ttft_p95_seconds: float = field(0.3, doc="TTFT P95 target; 300 ms suits interactive chat")
+    availability_objective: float = field(0.999, doc="fraction of requests that must succeed over 30d")
+    ttft_objective: float = field(0.99, doc="fraction of streamed requests whose TTFT is under ttft_slo_seconds")
+    ttft_slo_seconds: float = field(0.5, doc="TTFT threshold for the SLO; must be a histogram bucket edge")
+
+    def _validate(self, path: str) -> None:
+        for name in ("availability_objective", "ttft_objective"):
+            v = getattr(self, name)
+            if not 0.0 < v < 1.0:
+                raise SpecError(f"{path}.{name}", f"expected a ratio between 0 and 1 (exclusive), got {v}")
+
+
+@dataclasses.dataclass
+class GatewaySettings:
+    tenant_header: str = field("X-Tenant-ID")
+    service_header: str = field("X-Service-Name")
+    max_body_bytes: int = field(8 * 1024 * 1024)
+    upstream_timeout: Duration = field(_d("5m"))
+
+
+# ------------------------------------------------------------------------------------ notifier routing
+@dataclasses.dataclass
+class Channel:
+    """A delivery destination. `type`: pagerduty | voice | slack | wecom. Secrets by reference only."""
+
+    type: str
+    url: Secret | None = field(None, doc="webhook or API URL (Slack/WeCom webhook, voice endpoint)")
+    routing_key: Secret | None = field(None, doc="PagerDuty integration key")
+    mentions: list[str] = field([], doc="WeCom @mentions (user ids or mobile numbers)")
+    template: str = field("", doc="message template overriding the channel default")
+    headers: dict[str, Secret] = field({})
+
+    def _validate(self, path: str) -> None:
+        kinds = ("pagerduty", "voice", "slack", "wecom")
+        if self.type not in kinds:
+            raise SpecError(f"{path}.type", f"expected one of {', '.join(kinds)}, got {self.type!r}")
+        if self.type == "pagerduty" and self.routing_key is None:
+            raise SpecError(f"{path}.routing_key", "required for a pagerduty channel")
+        if self.type in ("voice", "slack", "wecom") and self.url is None:
+            raise SpecError(f"{path}.url", f"required for a {self.type} channel")
+
+
+@dataclasses.dataclass
+class Route:
+    """Send alerts whose labels equal every `match` entry to `receivers` (channel names).
+
+    Routes are tried in order; the first match stops the walk unless it says `continue: true`.
+    """
+
+    receivers: list[str]
+    match: dict[str, str] = field({})
+    continue_: bool = field(False, key="continue")
+    escalate_after: Duration | None = field(None, doc="still firing after this → also to escalate_to")
+    escalate_to: list[str] = field([])
+
+
+@dataclasses.dataclass
+class NotifierSettings:
+    bearer_token: Secret | None = field(None, doc="require Authorization: Bearer on POST /alerts")
+    basic_auth_user: str = field("")
+    basic_auth_password: Secret | None = None
+    max_body_bytes: int = field(1024 * 1024)
+    max_delivery_age: Duration = field(_d("6h"), doc="retry transient failures this long, then dead-letter")
+
+
+# -------------------------------------------------------------------------------------------- the spec
+@dataclasses.dataclass
+class Spec:
+    """The whole spec. See inferwatch.yaml at the repository root for a commented example."""
+
+    version: int = 1
+    runbook_base_url: str = field("https://github.com/inferwatch/inferwatch/blob/main/runbooks/",
+                                  doc="alerts link to <this>/<AlertName>.md")
+    targets: Targets = field(Targets)
+    prometheus: PrometheusSettings = field(PrometheusSettings)
+    layers: Layers = field(Layers)
+    tenants: list[str] = field([], doc="declared tenants; any other X-Tenant-ID folds into 'other'")
+    models: list[str] = field([], doc="declared models for gateway labels; others fold into 'other'")
+    tiers: dict[str, Tier] = field({"realtime": Tier(), "standard": Tier(ttft_p95_seconds=1.0),
+                                    "batch": Tier(ttft_p95_seconds=10.0, ttft_slo_seconds=20.0)})
+    gateway: GatewaySettings = field(GatewaySettings)
+    channels: dict[str, Channel] = field({})
+    routes: list[Route] = field([])
+    notifier: NotifierSettings = field(NotifierSettings)
+
+    def _validate(self, path: str) -> None:
+        if self.version != 1:
+            raise SpecError("version", f"expected 1, got {self.version}")
+        seen: dict[str, str] = {}
+        for tier_name, tier in self.tiers.items():
+            for service in tier.services:
+                if service in seen:
+                    raise SpecError(f"tiers.{tier_name}.services",
+                                    f"service {service!r} already belongs to tier {seen[service]!r}")
+                seen[service] = tier_name
+        for i, route in enumerate(self.routes):
+            for name in route.receivers + route.escalate_to:
+                if name not in self.channels:
+                    raise SpecError(f"routes[{i}].receivers",
+                                    f"unknown channel {name!r} (declared: {', '.join(self.channels) or 'none'})")
+
+    # Helpers shared by the exporters and generators -------------------------------------------------
+    def tier_of_service(self, service: str | None) -> str:
+        """Tier label for an X-Service-Name value; undeclared services fold into 'other'."""
+        for tier_name, tier in self.tiers.items():
+            if service in tier.services:
+                return tier_name
+        return OTHER
+
+
+def load_spec(path: str | os.PathLike | None = None) -> Spec:
+    """Load and validate a spec file.
+
+    Raises SpecError with a one-line message `FILE: field.path: expected ..., got ...`.
+    `path=None` reads ./inferwatch.yaml if present, else returns the defaults.
+    """
+    if path is None:
+        if not Path(DEFAULT_SPEC_PATH).exists():
+            return Spec()
+        path = DEFAULT_SPEC_PATH
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError("", f"cannot read spec: {exc.strerror}", file) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError("", f"{where}not valid YAML: {problem}", file) from None
+    return spec_from_dict(data or {}, file)
+
+
+def spec_from_dict(data: Any, file: str = "<spec>") -> Spec:
+    try:
+        return build(Spec, data, "")
+    except SpecError as exc:
+        raise exc.with_file(file) from None

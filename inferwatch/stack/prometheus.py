@@ -1,0 +1,83 @@
+"""Real Prometheus (Debian package `prometheus`) on loopback, for tests, benchmarks and the demo."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import requests
+import yaml
+
+from inferwatch.stack.process import ManagedProcess, StackError, free_port, http_ok, require_binary
+
+INSTALL_HINT = "apt-get update && apt-get install -y prometheus  (or: make test, which installs it)"
+
+
+@dataclasses.dataclass
+class PrometheusServer:
+    process: ManagedProcess
+    port: int
+    config_path: Path
+    host: str = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def query(self, expr: str) -> list[dict]:
+        """Instant query; returns the `result` vector. Raises StackError on a query error."""
+        resp = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10)
+        body = resp.json()
+        if body.get("status") != "success":
+            raise StackError(f"query {expr!r} failed: {body.get('error')}")
+        return body["data"]["result"]
+
+    def wait_for(self, expr: str, timeout: float = 60.0, predicate=None) -> list[dict]:
+        """Poll `expr` until it returns a non-empty result (and `predicate(result)` holds)."""
+        deadline = time.monotonic() + timeout
+        result: list[dict] = []
+        while time.monotonic() < deadline:
+            result = self.query(expr)
+            if result and (predicate is None or predicate(result)):
+                return result
+            time.sleep(0.5)
+        raise StackError(f"{expr!r} gave no matching result within {timeout:.0f}s (last: {result})")
+
+    def reload(self) -> None:
+        requests.post(f"{self.url}/-/reload", timeout=10).raise_for_status()
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def write_config(path: Path, scrape_configs: list[dict], *, rule_files: list[str] | None = None,
+                 alertmanagers: list[str] | None = None, scrape_interval: str = "1s",
+                 evaluation_interval: str = "1s") -> Path:
+    """Write a minimal prometheus.yml for a test or demo (generated configs come from `inferwatch generate`)."""
+    config: dict = {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval},
+        "scrape_configs": scrape_configs,
+    }
+    if rule_files:
+        config["rule_files"] = [str(r) for r in rule_files]
+    if alertmanagers:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": alertmanagers}]}]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def start_prometheus(workdir: Path, config_path: Path, *, port: int | None = None,
+                     extra_args: list[str] | None = None, timeout: float = 60.0) -> PrometheusServer:
+    """Start Prometheus with `config_path` on a free loopback port; ready when /-/ready answers 200."""
+    binary = require_binary("prometheus", INSTALL_HINT)
+    workdir = Path(workdir)
+    port = port or free_port()
+    argv = [binary, f"--config.file={config_path}", f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
+            "--web.enable-admin-api", "--log.level=warn"] + list(extra_args or [])
+    url = f"http://127.0.0.1:{port}"
+    process = ManagedProcess("prometheus", argv, workdir / "prometheus.log", ready=lambda: http_ok(url + "/-/ready"))
+    process.start(timeout=timeout)
+    return PrometheusServer(process, port, Path(config_path))

@@ -1,0 +1,120 @@
+"""The real Triton server shipped in `nvidia-pytriton`, serving a plain model repository on loopback.
+
+Two facts learned by running it here (DESIGN.md): the Python backend stub links the system libpython, so
+LD_LIBRARY_PATH must point at the running interpreter's LIBDIR; and a plain repository needs a backend
+directory holding `backends/python/*` plus the stub matching this Python version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+from inferwatch.stack.process import ManagedProcess, StackError, free_port, http_ok
+
+INSTALL_HINT = "pip install 'nvidia-pytriton==0.7.0' (or: make test / make demo, which install it)"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_MODEL_REPOSITORY = REPO_ROOT / "examples" / "model_repository"
+
+
+def pytriton_dir() -> Path:
+    try:
+        import pytriton  # noqa: F401  (only to find the bundled server)
+    except ImportError:
+        raise StackError(f"tritonserver not available: nvidia-pytriton is not installed; {INSTALL_HINT}") from None
+    return Path(pytriton.__file__).parent / "tritonserver"
+
+
+def backend_directory(workdir: Path) -> Path:
+    """Build (once per workdir) a backend folder: backends/python/* + the stub for this Python version."""
+    src = pytriton_dir()
+    stub = src / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}" / "triton_python_backend_stub"
+    if not stub.exists():
+        raise StackError(f"no Triton Python backend stub for Python {sys.version_info.major}.{sys.version_info.minor} in {src}")
+    dest = workdir / "backends"
+    python_dir = dest / "python"
+    if not (python_dir / "triton_python_backend_stub").exists():
+        python_dir.mkdir(parents=True, exist_ok=True)
+        for item in (src / "backends" / "python").iterdir():
+            if item.is_file():
+                shutil.copy2(item, python_dir / item.name)
+        shutil.copy2(stub, python_dir / "triton_python_backend_stub")
+    return dest
+
+
+def server_env() -> dict:
+    """Environment for tritonserver: this interpreter's libpython and packages visible to backend stubs."""
+    env = dict(os.environ)
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    # The copied stub loses its $ORIGIN-relative rpath to the wheel's bundled CUDA runtime.
+    bundled = str(pytriton_dir().parent.parent / "nvidia_pytriton.libs")
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, bundled, env.get("LD_LIBRARY_PATH", "")) if p)
+    # The stub embeds an interpreter that finds its prefix through `python3` on PATH (as pytriton does):
+    # put this environment's bin first so the models see its site-packages (numpy).
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    return env
+
+
+@dataclasses.dataclass
+class TritonServer:
+    """A running tritonserver. `url` is the HTTP API base, `metrics_url` its /metrics."""
+
+    process: ManagedProcess
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    host: str = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def metrics_address(self) -> str:
+        return f"{self.host}:{self.metrics_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.metrics_address}/metrics"
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def start_triton(workdir: Path, model_repository: Path = EXAMPLE_MODEL_REPOSITORY, *,
+                 extra_args: list[str] | None = None, metrics_interval_ms: int = 1000,
+                 ready_path: str = "/v2/health/live", timeout: float = 120.0,
+                 http_port: int | None = None, metrics_port: int | None = None) -> TritonServer:
+    """Start tritonserver on free loopback ports and wait until `ready_path` answers 200.
+
+    `ready_path` defaults to liveness: with strict readiness a repository holding a model that fails to
+    load never becomes ready, and tests of that case still need a running server.
+    Raises StackError (with the install command) when the binary is missing, or the log tail on failure.
+    """
+    workdir = Path(workdir)
+    binary = pytriton_dir() / "bin" / "tritonserver"
+    if not binary.exists():
+        raise StackError(f"tritonserver binary missing at {binary}; {INSTALL_HINT}")
+    http_port = http_port or free_port()
+    grpc_port = free_port()
+    metrics_port = metrics_port or free_port()
+    argv = [
+        str(binary),
+        f"--model-repository={model_repository}",
+        f"--backend-directory={backend_directory(workdir)}",
+        f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
+        "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
+        # P95 queue time in rules needs summaries (REFERENCES.md); counters stay on too.
+        "--metrics-config=summary_latencies=true",
+        f"--metrics-interval-ms={metrics_interval_ms}",
+        "--allow-gpu-metrics=false", "--log-verbose=0",
+    ] + list(extra_args or [])
+    url = f"http://127.0.0.1:{http_port}"
+    process = ManagedProcess("tritonserver", argv, workdir / "tritonserver.log",
+                             ready=lambda: http_ok(url + ready_path), env=server_env())
+    process.start(timeout=timeout)
+    return TritonServer(process, http_port, grpc_port, metrics_port)
