@@ -17,6 +17,7 @@ from inferwatch.stack.process import StackError
 # Top-level subcommands, in the order --help lists them. Each module defines register(subparsers).
 COMMANDS = [
     "inferwatch.check",
+    "inferwatch.generate",
     "inferwatch.demo",
 ]
 # `inferwatch exporter <name>` subcommands.

@@ -1,0 +1,85 @@
+"""`inferwatch generate`: write every generated file (rules, dashboards, Prometheus and Alertmanager
+config) from one spec, or with `--check` fail when the committed files differ from what the spec generates.
+
+Each area contributes a generator: a function `outputs(spec) -> {relative path: file text}` listed in
+GENERATORS. Paths are relative to the output root (the repository root by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import logging
+import sys
+from pathlib import Path
+
+from inferwatch.spec import Spec, load_spec
+
+log = logging.getLogger(__name__)
+
+# "module:function" entries; each returns {relative path: text}. Order only matters for the log.
+GENERATORS: list[str] = []
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="write rules, dashboards, Prometheus and Alertmanager config from the spec",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spec", default=None, metavar="FILE", help="spec file (default ./inferwatch.yaml)")
+    p.add_argument("--out", default=".", metavar="DIR", help="output root (default: current directory)")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 listing every file that is missing or differs")
+    p.set_defaults(func=run)
+
+
+def render_all(spec: Spec) -> dict[str, str]:
+    """Every generated file for `spec`: {relative path: text}. Raises SpecError on a spec no generator accepts."""
+    files: dict[str, str] = {}
+    for entry in GENERATORS:
+        module, func = entry.split(":")
+        produced = getattr(importlib.import_module(module), func)(spec)
+        clash = files.keys() & produced.keys()
+        if clash:
+            raise RuntimeError(f"generators disagree on who writes {sorted(clash)}")
+        files.update(produced)
+    return files
+
+
+def stale_files(files: dict[str, str], root: Path) -> list[str]:
+    """Relative paths whose file under `root` is missing or differs from `files`."""
+    stale = []
+    for rel, text in sorted(files.items()):
+        path = root / rel
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            stale.append(rel)
+    return stale
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    root = Path(args.out)
+    files = render_all(spec)
+    if args.check:
+        stale = stale_files(files, root)
+        for rel in stale:
+            path = root / rel
+            print(f"stale: {rel}" if path.exists() else f"missing: {rel}", file=sys.stderr)
+            if path.exists():
+                diff = difflib.unified_diff(path.read_text(encoding="utf-8").splitlines(), files[rel].splitlines(),
+                                            f"committed/{rel}", f"generated/{rel}", lineterm="", n=1)
+                for line in list(diff)[:20]:
+                    print("  " + line, file=sys.stderr)
+        if stale:
+            print(f"{len(stale)} of {len(files)} generated file(s) are stale: run `inferwatch generate`"
+                  f"{' --spec ' + args.spec if args.spec else ''}", file=sys.stderr)
+            return 1
+        print(f"all {len(files)} generated file(s) are up to date")
+        return 0
+    for rel, text in sorted(files.items()):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            log.info("wrote %s", rel)
+    print(f"generated {len(files)} file(s) under {root.resolve()}")
+    return 0
