@@ -19,9 +19,9 @@ from inferwatch.traffic import TrafficLoop, infer_classifier, stream_toy_llm
 
 log = logging.getLogger(__name__)
 
-RATE_EXPR = 'sum by (model) (rate(nv_inference_request_success[30s]))'
-QUEUE_EXPR = ('sum by (model) (rate(nv_inference_queue_duration_us[30s])) / 1e6 '
-              '/ sum by (model) (rate(nv_inference_request_success[30s]))')
+RATE_EXPR = 'sum by (model) (rate(nv_inference_request_success[10s]))'
+QUEUE_EXPR = ('sum by (model) (rate(nv_inference_queue_duration_us[10s])) / 1e6 '
+              '/ sum by (model) (rate(nv_inference_request_success[10s]))')
 
 
 def register(sub: argparse._SubParsersAction) -> None:
