@@ -21,7 +21,9 @@ COMMANDS = [
     "inferwatch.demo",
 ]
 # `inferwatch exporter <name>` subcommands.
-EXPORTERS: list[str] = []
+EXPORTERS: list[str] = [
+    "inferwatch.exporters.triton.cli",
+]
 
 
 class UsageError(Exception):

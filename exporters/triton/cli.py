@@ -1,0 +1,124 @@
+"""`inferwatch exporter triton`: serve the Triton collector's /metrics (default port 9401)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from urllib.parse import urlparse
+
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+
+from inferwatch.cli import UsageError, add_service_args, add_spec_arg
+from inferwatch.exporters.triton.collector import TritonCollector
+from inferwatch.exporters.triton.reader import TargetConfig
+from inferwatch.specload import Duration
+
+log = logging.getLogger(__name__)
+DEFAULT_PORT = 9401
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "triton", help="L2 Triton collector: model state, batching and config from Triton's HTTP API",
+        description="Poll Triton's HTTP API (health, repository index, model config, statistics) in the "
+                    "background and serve inferwatch_triton_* metrics. Scrapes serve the last poll. "
+                    "Run Triton with --metrics-config summary_latencies=true so P95 queue time exists.")
+    p.add_argument("--triton-url", action="append", default=[], metavar="URL",
+                   help="Triton HTTP API base, e.g. http://127.0.0.1:8000 (repeatable; the `triton` label is "
+                        "the URL's host:port)")
+    p.add_argument("--metrics-url", action="append", default=[], metavar="URL",
+                   help="Triton's own /metrics for the N-th --triton-url (repeatable, in the same order; "
+                        "default http://HOST:8002/metrics); read to tell whether summaries are on")
+    p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra request header for every target, e.g. triton-access-token=SECRET for "
+                        "restricted APIs (repeatable; overrides a spec header of the same name)")
+    add_spec_arg(p)
+    p.add_argument("--no-spec-targets", action="store_true",
+                   help="ignore targets.triton of the spec (use only --triton-url)")
+    p.add_argument("--interval", default="10s", metavar="DURATION",
+                   help="time between polls, e.g. 10s (default 10s)")
+    p.add_argument("--timeout", default="5s", metavar="DURATION",
+                   help="timeout of each Triton API call (default 5s)")
+    p.add_argument("--concurrency", type=int, default=16, metavar="N",
+                   help="API calls in flight per Triton at once (default 16)")
+    add_service_args(p, DEFAULT_PORT)
+    p.set_defaults(func=run)
+
+
+def _duration(text: str, flag: str) -> float:
+    try:
+        seconds = Duration.parse(text).seconds
+    except Exception as exc:  # noqa: BLE001 - Duration raises SpecError/ValueError; both are usage errors
+        raise UsageError(f"{flag}: {exc}") from None
+    if seconds <= 0:
+        raise UsageError(f"{flag}: expected a positive duration, got {text!r}")
+    return seconds
+
+
+def parse_headers(items: list[str]) -> dict[str, str]:
+    headers = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--header: expected NAME=VALUE, got {item.split('=')[0]!r}...")
+        headers[name.strip()] = value
+    return headers
+
+
+def build_targets(args: argparse.Namespace) -> list[TargetConfig]:
+    """Targets from --triton-url (+ --metrics-url, --header) and the spec's targets.triton.
+
+    Raises UsageError (no target, a bad URL, more --metrics-url than --triton-url) or SpecError (spec, or a
+    header secret that cannot be resolved).
+    """
+    cli_headers = parse_headers(args.header)
+    if len(args.metrics_url) > len(args.triton_url):
+        raise UsageError("--metrics-url: more given than --triton-url")
+    targets = []
+    for i, url in enumerate(args.triton_url):
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise UsageError(f"--triton-url: expected http(s)://HOST:PORT, got {url!r}")
+        metrics = args.metrics_url[i] if i < len(args.metrics_url) else ""
+        targets.append(TargetConfig(parsed.netloc, url, metrics, dict(cli_headers)))
+    if not args.no_spec_targets and (args.spec or not targets):
+        from inferwatch.spec import load_spec
+
+        spec = load_spec(args.spec)
+        for t in spec.targets.triton:
+            headers = {name: secret.reveal() for name, secret in t.headers.items()}
+            headers.update(cli_headers)
+            targets.append(TargetConfig(t.name, t.url, t.metrics_url, headers))
+    if not targets:
+        raise UsageError("no Triton to poll: give --triton-url or a spec with targets.triton")
+    names = [t.name for t in targets]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"duplicate Triton target names: {', '.join(dupes)}")
+    return targets
+
+
+def run(args: argparse.Namespace) -> int:
+    targets = build_targets(args)
+    interval = _duration(args.interval, "--interval")
+    timeout = _duration(args.timeout, "--timeout")
+    if args.concurrency < 1:
+        raise UsageError("--concurrency: expected at least 1")
+    collector = TritonCollector(targets, interval=interval, timeout=timeout, concurrency=args.concurrency)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    ProcessCollector(registry=registry)
+    collector.start()
+    server, _thread = start_http_server(args.port, addr=args.host, registry=registry)
+    log.info("triton collector on http://%s:%d/metrics polling %s every %gs", args.host, args.port,
+             ", ".join(t.name for t in targets), interval)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    finally:
+        server.shutdown()
+        collector.close()
+    return 0

@@ -1,0 +1,148 @@
+"""Plain data one poll of one Triton yields (`TritonSnapshot`), and pure parsers from Triton's JSON answers.
+
+Shapes of the answers (KServe v2 + Triton extensions, research/triton_metrics.md §2):
+  POST /v2/repository/index  -> [{"name", "version"?, "state"?, "reason"?}, ...]
+  GET  /v2/models/<m>/config -> the model configuration as JSON (max_batch_size, dynamic_batching, instance_group)
+  GET  /v2/models/stats      -> {"model_stats": [{"name", "version", "batch_stats": [{"batch_size",
+                                "compute_infer": {"count", "ns"}}, ...]}, ...]}
+Parsers raise `ValueError` on an answer of the wrong shape; the reader counts that as cause `bad_response`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+# The state set the collector exposes (issue 4). Triton also knows UNKNOWN (core model_lifecycle.cc),
+# which is none of these: all four series are then 0.
+STATES = ("READY", "UNAVAILABLE", "LOADING", "UNLOADING")
+# Reason Triton's index gives a version after an explicit unload: a deliberate act, not a fault.
+UNLOADED_REASON = "unloaded"
+
+# Closed sets for the poll-error counter (created at zero, STYLE.md).
+ENDPOINTS = ("live", "ready", "index", "config", "stats", "metrics")
+CAUSES = ("timeout", "connection", "forbidden", "http_error", "bad_response", "other")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelVersionState:
+    """One loaded (or failed) model version as the repository index lists it."""
+
+    name: str
+    version: str
+    state: str
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfigFigures:
+    """The figures of a model configuration that batching alerts need.
+
+    `preferred_batch_size_max` is the largest preferred_batch_size, or max_batch_size when dynamic batching
+    is on without preferred sizes (Triton's batcher then forms batches as large as it can, up to
+    max_batch_size: docs/user_guide/model_configuration.md "Preferred Batch Sizes"); None without dynamic
+    batching. `instances` maps instance-group kind (KIND_CPU, KIND_GPU, ...) to the instance count.
+    """
+
+    max_batch_size: int
+    dynamic_batching: bool
+    preferred_batch_size_max: int | None
+    max_queue_delay_seconds: float | None
+    instances: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class PollError:
+    endpoint: str
+    cause: str
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class TritonSnapshot:
+    """Everything one poll of one Triton learned. Absent parts (None / empty) were not learned this poll.
+
+    - `up`: the collector got an HTTP answer from /v2/health/live.
+    - `live`/`ready`: those endpoints answered 200 (None when `up` is False).
+    - `models`: loaded or failed versions (deliberately unloaded and never-loaded ones are left out).
+    - `configs`: per model name; `batch_executions`: per (model, version) a map batch size → executions.
+    - `summaries_enabled`: Triton's /metrics carries nv_inference_*_summary_us (None: not read).
+    """
+
+    triton: str
+    up: bool
+    live: bool | None = None
+    ready: bool | None = None
+    models: list[ModelVersionState] | None = None
+    configs: dict[str, ModelConfigFigures] = dataclasses.field(default_factory=dict)
+    batch_executions: dict[tuple[str, str], dict[int, int]] | None = None
+    summaries_enabled: bool | None = None
+    errors: list[PollError] = dataclasses.field(default_factory=list)
+    duration_seconds: float = 0.0
+    timestamp: float = 0.0
+
+
+def parse_index(answer: object) -> list[ModelVersionState]:
+    """Repository index → the versions to report.
+
+    Entries without a state (in the repository, never loaded: explicit model control) and entries
+    UNAVAILABLE with reason "unloaded" (explicitly unloaded; Triton keeps listing them) are left out, so the
+    series of an unloaded model disappear at the next poll instead of looking like a failed model.
+    """
+    if not isinstance(answer, list):
+        raise ValueError(f"repository index: expected a list, got {type(answer).__name__}")
+    out = []
+    for entry in answer:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ValueError("repository index: entry without a name")
+        state = str(entry.get("state") or "")
+        reason = str(entry.get("reason") or "")
+        if not state or (state == "UNAVAILABLE" and reason == UNLOADED_REASON):
+            continue
+        out.append(ModelVersionState(entry["name"], str(entry.get("version") or ""), state, reason))
+    return out
+
+
+def parse_config(answer: object) -> ModelConfigFigures:
+    """Model configuration JSON → ModelConfigFigures. Raises ValueError on a malformed answer."""
+    if not isinstance(answer, dict):
+        raise ValueError("model config: expected an object")
+    try:
+        max_batch = int(answer.get("max_batch_size", 0))
+        dyn = answer.get("dynamic_batching")
+        enabled = isinstance(dyn, dict)
+        preferred = delay = None
+        if enabled:
+            sizes = [int(s) for s in dyn.get("preferred_batch_size", [])]
+            preferred = max(sizes) if sizes else max_batch
+            delay = int(dyn.get("max_queue_delay_microseconds", 0)) / 1e6
+        instances: dict[str, int] = {}
+        for group in answer.get("instance_group", []):
+            kind = str(group.get("kind") or "KIND_AUTO")
+            count = int(group.get("count", 1))
+            # For KIND_GPU, `count` instances are created on *each* listed GPU (model_configuration.md).
+            gpus = group.get("gpus") or []
+            if kind == "KIND_GPU" and gpus:
+                count *= len(gpus)
+            instances[kind] = instances.get(kind, 0) + count
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"model config: {exc}") from None
+    return ModelConfigFigures(max_batch, enabled, preferred, delay, instances)
+
+
+def parse_batch_stats(answer: object) -> dict[tuple[str, str], dict[int, int]]:
+    """Statistics answer → {(model, version): {batch_size: executions}}.
+
+    Executions per batch size are `batch_stats[].compute_infer.count` (one count per executed batch of
+    that size; extension_statistics.md). Raises ValueError on a malformed answer.
+    """
+    if not isinstance(answer, dict) or not isinstance(answer.get("model_stats"), list):
+        raise ValueError("statistics: expected {\"model_stats\": [...]}")
+    out: dict[tuple[str, str], dict[int, int]] = {}
+    try:
+        for stat in answer["model_stats"]:
+            sizes = out.setdefault((str(stat["name"]), str(stat.get("version", ""))), {})
+            for batch in stat.get("batch_stats") or []:
+                sizes[int(batch["batch_size"])] = int(batch["compute_infer"]["count"])
+    except (TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"statistics: malformed entry ({exc!r})") from None
+    return out
