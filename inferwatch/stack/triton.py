@@ -88,11 +88,14 @@ class TritonServer:
 def start_triton(workdir: Path, model_repository: Path = EXAMPLE_MODEL_REPOSITORY, *,
                  extra_args: list[str] | None = None, metrics_interval_ms: int = 1000,
                  ready_path: str = "/v2/health/live", timeout: float = 120.0,
-                 http_port: int | None = None, metrics_port: int | None = None) -> TritonServer:
+                 http_port: int | None = None, metrics_port: int | None = None,
+                 summary_latencies: bool = True) -> TritonServer:
     """Start tritonserver on free loopback ports and wait until `ready_path` answers 200.
 
     `ready_path` defaults to liveness: with strict readiness a repository holding a model that fails to
     load never becomes ready, and tests of that case still need a running server.
+    `summary_latencies=False` leaves summaries off (Triton's default), e.g. to test the fallback to averages;
+    a later `--metrics-config=summary_latencies=false` in extra_args does not undo an earlier `true`.
     Raises StackError (with the install command) when the binary is missing, or the log tail on failure.
     """
     workdir = Path(workdir)
@@ -109,7 +112,7 @@ def start_triton(workdir: Path, model_repository: Path = EXAMPLE_MODEL_REPOSITOR
         f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
         "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
         # P95 queue time in rules needs summaries (REFERENCES.md); counters stay on too.
-        "--metrics-config=summary_latencies=true",
+        *(["--metrics-config=summary_latencies=true"] if summary_latencies else []),
         f"--metrics-interval-ms={metrics_interval_ms}",
         "--allow-gpu-metrics=false", "--log-verbose=0",
     ] + list(extra_args or [])
