@@ -23,6 +23,7 @@ COMMANDS = [
 # `inferwatch exporter <name>` subcommands.
 EXPORTERS: list[str] = [
     "inferwatch.exporters.triton.cli",
+    "inferwatch.exporters.gateway.cli",
 ]
 
 

@@ -1,0 +1,106 @@
+"""In-process API: record gateway metrics from your own gateway or server, with the proxy's definitions.
+
+    gateway = Gateway(load_spec(), registry=prometheus_client.REGISTRY)
+    with gateway.request(tenant="acme", service="chat-web", model="toy_llm") as req:
+        for chunk in stream:                   # each token-bearing event
+            req.tokens(chunk_token_count)
+        req.usage(output_tokens=usage.completion_tokens, input_tokens=usage.prompt_tokens)  # when known
+    # leaving the block: ok; an exception: error; asyncio.CancelledError / GeneratorExit: cancelled;
+    # TimeoutError: timeout. req.fail() / req.cancel() set the outcome explicitly.
+
+`Gateway.exchange(...)` is the HTTP-level entry the proxy and the ASGI middleware (asgi.py) use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry
+
+from inferwatch.exporters.gateway.exchange import Exchange
+from inferwatch.exporters.gateway.labels import LabelPolicy
+from inferwatch.exporters.gateway.meter import RequestMeter, Usage
+from inferwatch.exporters.gateway.metrics import GatewayMetrics
+from inferwatch.exporters.gateway.protocols import classify
+from inferwatch.spec import Spec
+
+
+class Gateway:
+    """Metrics, label policy and the usage sink shared by every request.
+
+    `usage_sink(Usage)` is called once per finished request (billing records); it must not block.
+    """
+
+    def __init__(self, spec: Spec | None = None, registry: CollectorRegistry | None = None,
+                 usage_sink: Callable[[Usage], None] | None = None):
+        self.spec = spec if spec is not None else Spec()
+        self.metrics = GatewayMetrics(registry)
+        self.labels = LabelPolicy(self.spec)
+        self.usage_sink = usage_sink
+
+    def exchange(self, method: str, path: str, headers: Mapping[str, str], body: bytes,
+                 started: float | None = None) -> Exchange | None:
+        """Start metering an HTTP exchange, or None when the path is not an LLM route (pass through).
+
+        `headers` must be case-insensitive (aiohttp's CIMultiDict, or a dict with lower-case keys looked up
+        through `labels.from_headers`); `started` is the arrival time on time.perf_counter's clock.
+        """
+        route = classify(method, path, body)
+        if route is None:
+            return None
+        series = self.metrics.series(*self.labels.from_headers(headers, route.model))
+        return Exchange(route, RequestMeter(series, streamed=False, started=started), self.usage_sink)
+
+    @contextlib.contextmanager
+    def request(self, *, tenant: str | None = None, service: str | None = None, model: str | None = None,
+                streamed: bool = True) -> Iterator["TrackedRequest"]:
+        """Meter one request in your own code (see the module docstring)."""
+        series = self.metrics.series(self.labels.tenant(tenant), self.labels.model(model), self.labels.tier(service))
+        tracked = TrackedRequest(RequestMeter(series, streamed))
+        try:
+            yield tracked
+        except (asyncio.CancelledError, GeneratorExit):
+            tracked._end("cancelled")
+            raise
+        except TimeoutError:
+            tracked._end("timeout")
+            raise
+        except BaseException:
+            tracked._end("error")
+            raise
+        else:
+            tracked._end(tracked.outcome or "ok")
+        finally:
+            if tracked.result is not None and self.usage_sink is not None:
+                self.usage_sink(tracked.result)
+
+
+class TrackedRequest:
+    """Handle given by Gateway.request: feed tokens, exact usage, an explicit outcome and the HTTP code."""
+
+    def __init__(self, meter: RequestMeter):
+        self.meter = meter
+        self.outcome: str | None = None
+        self.code = 200
+        self.result: Usage | None = None
+
+    def tokens(self, n: int = 1) -> None:
+        self.meter.tokens(n)
+
+    def usage(self, output_tokens: int | None = None, input_tokens: int | None = None) -> None:
+        if output_tokens is not None:
+            self.meter.set_exact_output_tokens(output_tokens, "usage")
+        if input_tokens is not None:
+            self.meter.input_tokens = input_tokens
+
+    def fail(self, code: int = 500) -> None:
+        self.outcome, self.code = "error", code
+
+    def cancel(self) -> None:
+        self.outcome = "cancelled"
+
+    def _end(self, outcome: str) -> None:
+        code = self.code if outcome == "ok" or self.outcome else (499 if outcome == "cancelled" else 500)
+        self.result = self.meter.finish(outcome, code)

@@ -1,0 +1,51 @@
+"""`inferwatch exporter gateway`: the L3 streaming proxy with its /metrics (default ports 8080 and 9402)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from urllib.parse import urlparse
+
+from inferwatch.cli import UsageError, add_service_args, add_spec_arg
+from inferwatch.spec import load_spec
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "gateway", help="L3 gateway exporter: streaming proxy measuring TTFT, ITL, tokens per tenant",
+        description="Streaming reverse proxy in front of Triton or an OpenAI-compatible server. Forwards every "
+                    "request unchanged; meters Triton generate/generate_stream/infer and OpenAI "
+                    "/v1/chat/completions and /v1/completions; serves gateway_* metrics on --metrics-port.")
+    p.add_argument("--upstream", required=True, metavar="URL",
+                   help="base URL requests are forwarded to, e.g. http://triton:8000")
+    add_service_args(p, 8080)
+    p.add_argument("--metrics-port", type=int, default=9402,
+                   help="port serving /metrics on the same --host (default 9402)")
+    add_spec_arg(p)
+    p.add_argument("--usage-log", metavar="FILE", default=None,
+                   help="append one JSON line per finished LLM request (tenant, model, tokens, outcome): the "
+                        "per-request billing record; '-' for stdout (default: off)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from inferwatch.exporters.gateway.api import Gateway
+    from inferwatch.exporters.gateway.proxy import Proxy
+    from inferwatch.exporters.gateway.server import run_forever, usage_writer
+
+    parsed = urlparse(args.upstream)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise UsageError(f"--upstream: expected an http(s) URL such as http://127.0.0.1:8000, got {args.upstream!r}")
+    if args.port == args.metrics_port:
+        raise UsageError(f"--port and --metrics-port must differ (both {args.port})")
+    spec = load_spec(args.spec)
+    sink = None
+    if args.usage_log:
+        try:
+            stream = sys.stdout if args.usage_log == "-" else open(args.usage_log, "a", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--usage-log: cannot open {args.usage_log}: {exc.strerror}") from None
+        sink = usage_writer(stream)
+    proxy = Proxy(Gateway(spec, usage_sink=sink), args.upstream)
+    run_forever(proxy, args.host, args.port, args.metrics_port)
+    return 0

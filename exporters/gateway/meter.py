@@ -1,0 +1,132 @@
+"""RequestMeter: the definitions of every per-request gateway metric, fed with events.
+
+One request's life is `start` (construction) → `tokens(n)` per token-bearing event → `finish(outcome, code)`.
+The proxy and the in-process API both drive this class; nothing else computes a gateway metric.
+
+Definitions (research/llm_metrics.md §3, §4.2, §7):
+- TTFT: arrival → first token-bearing event; streamed requests only (a non-streamed TTFT would equal the
+  whole latency, a fault seen in LiteLLM and others).
+- ITL: gap between consecutive token-bearing events divided by the tokens of the later event, observed once
+  per token, so a chunk with several tokens does not inflate it (SGLang, vLLM PR #50600).
+- TPOT: (last token − first token) / (tokens − 1), once per successful streamed request with ≥ 2 tokens
+  (vLLM `request_time_per_output_token_seconds`, OpenTelemetry `gen_ai.server.time_per_output_token`).
+- Output tokens per second: output tokens / request duration (AIPerf "E2E output token throughput").
+- Tokens metered: the upstream's exact count when it reports one (OpenAI `usage`, a cumulative count field),
+  else the tokens counted from events; every outcome is metered, cancelled and failed streams included,
+  so billing and per-request metrics agree (vLLM #55634).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from inferwatch.exporters.gateway.metrics import Series
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """What one finished request consumed: its record for billing (see README, "Token counts for billing")."""
+
+    tenant: str
+    model: str
+    tier: str
+    outcome: str
+    code: int
+    input_tokens: int
+    output_tokens: int
+    method: str | None
+    duration_seconds: float
+
+
+class RequestMeter:
+    """Measures one request. `clock` is monotonic seconds (time.perf_counter by default).
+
+    `streamed` decides whether TTFT/ITL/TPOT apply. `exact_output_tokens` (set from the upstream's own count)
+    replaces the counted total when the request finishes. Calling `finish` twice records once.
+    """
+
+    __slots__ = ("series", "streamed", "clock", "started", "first_token_at", "last_token_at", "counted_tokens",
+                 "exact_output_tokens", "input_tokens", "method", "upstream_started", "upstream_duration",
+                 "finished")
+
+    def __init__(self, series: Series, streamed: bool, clock=time.perf_counter, started: float | None = None):
+        self.series = series
+        self.streamed = streamed
+        self.clock = clock
+        self.started = clock() if started is None else started
+        self.first_token_at: float | None = None
+        self.last_token_at = 0.0
+        self.counted_tokens = 0
+        self.exact_output_tokens: int | None = None
+        self.input_tokens = 0
+        self.method: str | None = None
+        self.upstream_started: float | None = None
+        self.upstream_duration: float | None = None
+        self.finished = False
+        series.in_flight.inc()
+
+    def tokens(self, n: int, now: float | None = None) -> None:
+        """A token-bearing event carrying `n` ≥ 1 tokens arrived at `now`."""
+        if n <= 0:
+            return
+        now = self.clock() if now is None else now
+        if self.first_token_at is None:
+            self.first_token_at = now
+            if self.streamed:
+                self.series.ttft.observe(now - self.started)
+        elif self.streamed:
+            per_token = (now - self.last_token_at) / n
+            observe = self.series.itl.observe
+            for _ in range(n):
+                observe(per_token)
+        self.last_token_at = now
+        self.counted_tokens += n
+        if self.method is None:
+            self.method = "events"
+
+    def set_exact_output_tokens(self, total: int, method: str) -> None:
+        """The upstream's own count of all output tokens so far (cumulative); `method`: usage|count_field."""
+        self.exact_output_tokens = total
+        self.method = method
+
+    def upstream_begin(self, now: float | None = None) -> None:
+        self.upstream_started = self.clock() if now is None else now
+
+    def upstream_end(self, now: float | None = None) -> None:
+        if self.upstream_started is not None and self.upstream_duration is None:
+            self.upstream_duration = (self.clock() if now is None else now) - self.upstream_started
+
+    @property
+    def output_tokens(self) -> int:
+        return self.exact_output_tokens if self.exact_output_tokens is not None else self.counted_tokens
+
+    def finish(self, outcome: str, code: int, now: float | None = None) -> Usage | None:
+        """Record the request's end. `outcome`: ok|error|cancelled|timeout; `code`: HTTP status sent."""
+        if self.finished:
+            return None
+        self.finished = True
+        now = self.clock() if now is None else now
+        s = self.series
+        s.in_flight.dec()
+        duration = now - self.started
+        s.duration.observe(duration)
+        if self.upstream_started is not None:
+            self.upstream_end(now)
+            s.upstream_duration.observe(self.upstream_duration)
+        s.count_request(code, outcome)
+        out = self.output_tokens
+        if out:
+            s.output_tokens_total.inc(out)
+        if self.input_tokens:
+            s.input_tokens_total.inc(self.input_tokens)
+        if self.method is not None:
+            s.count_method(self.method)
+        if outcome == "ok" and out > 0:
+            s.output_tokens.observe(out)
+            if duration > 0:
+                s.tokens_per_second.observe(out / duration)
+            if self.streamed and out >= 2 and self.first_token_at is not None:
+                s.tpot.observe((self.last_token_at - self.first_token_at) / (out - 1))
+        tenant, model, tier = s.key
+        return Usage(tenant, model, tier, outcome, code, self.input_tokens, out, self.method, duration)

@@ -1,0 +1,109 @@
+"""Gateway metric families (`gateway_*`) and their bucket lists: the one place they are defined.
+
+Both the streaming proxy and the in-process API / ASGI middleware record through `GatewayMetrics`, so a
+dashboard cannot tell which one measured a request. Histograms are in seconds (tokens for output length).
+
+Bucket sources (shared/research/llm_metrics.md §1.4, §4.2, §4.4): vLLM's TTFT list reaches 2560 s and its
+ITL/TPOT list 0.01–80 s; OpenTelemetry GenAI uses 0.001–10 s for TTFT and ×4 steps for token counts. Peers
+were criticised for buckets too coarse below 50 ms (a proxy adds ~1 ms; a fast model's ITL is 5–20 ms), so
+every latency list here is fine below 50 ms and reaches minutes. TTFT_BUCKETS must hold every SLO threshold
+the rules generator may use (0.1, 0.2, 0.25, 0.3, 0.5, 1, 2, 5, 10, 20 s; CONVENTIONS.md).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4,
+                0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+ITL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+               0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 80.0)
+TPOT_BUCKETS = ITL_BUCKETS
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 0.75, 1.0, 2.0, 2.5, 5.0, 10.0, 20.0,
+                    30.0, 60.0, 120.0, 300.0, 600.0, 1200.0)
+OUTPUT_TOKENS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+                         131072)
+TOKENS_PER_SECOND_BUCKETS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000, 10000)
+
+LABELS = ("tenant", "model", "tier")
+OUTCOMES = ("ok", "error", "cancelled", "timeout")
+# How the output-token count of a request was obtained (gateway_token_count_method_total{method}).
+#   usage       – the upstream's OpenAI `usage` object (exact);
+#   count_field – a cumulative count the upstream puts in each response, e.g. Triton `output_token_count` (exact);
+#   events      – counted from token-bearing events, one per event unless the event says more (an estimate
+#                 when an upstream packs several tokens into one event without saying so);
+#   none        – a successful response that revealed no count (e.g. non-streamed Triton output without a
+#                 count field): such requests are not metered, and this series makes that visible.
+METHODS = ("usage", "count_field", "events", "none")
+
+
+class GatewayMetrics:
+    """The gateway_* families registered on `registry` (default: a fresh CollectorRegistry).
+
+    `series(tenant, model, tier)` returns the bound children for one label set, cached: label values are
+    already folded to a bounded set (labels.LabelPolicy), so the cache is bounded too.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("gateway_requests", "LLM requests seen by the gateway, by HTTP code and outcome "
+                                "(ok|error|cancelled|timeout).", LABELS + ("code", "outcome"), registry=r)
+        self.duration = Histogram("gateway_request_duration_seconds", "Request arrival at the gateway to the last "
+                                  "byte sent to the client.", LABELS, buckets=DURATION_BUCKETS, registry=r)
+        self.upstream_duration = Histogram("gateway_upstream_request_duration_seconds", "Upstream request sent to "
+                                           "upstream response fully received.", LABELS, buckets=DURATION_BUCKETS,
+                                           registry=r)
+        self.ttft = Histogram("gateway_time_to_first_token_seconds", "Streamed requests only: arrival to the first "
+                              "event that carries a token.", LABELS, buckets=TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("gateway_inter_token_latency_seconds", "Gap between token-bearing events divided by the "
+                             "tokens the later event carries, observed once per token.", LABELS,
+                             buckets=ITL_BUCKETS, registry=r)
+        self.tpot = Histogram("gateway_time_per_output_token_seconds", "Per successful streamed request: (last token "
+                              "- first token) / (output tokens - 1).", LABELS, buckets=TPOT_BUCKETS, registry=r)
+        self.output_tokens = Histogram("gateway_output_tokens", "Output tokens per successful request.", LABELS,
+                                       buckets=OUTPUT_TOKENS_BUCKETS, registry=r)
+        self.tokens_per_second = Histogram("gateway_output_tokens_per_second", "Per successful request: output "
+                                           "tokens / request duration.", LABELS,
+                                           buckets=TOKENS_PER_SECOND_BUCKETS, registry=r)
+        self.tokens = Counter("gateway_tokens", "Tokens metered (type=input|output), every outcome included: the "
+                              "billing counter.", LABELS + ("type",), registry=r)
+        self.in_flight = Gauge("gateway_requests_in_flight", "LLM requests in progress at the gateway.", LABELS,
+                               registry=r)
+        self.count_method = Counter("gateway_token_count_method", "Requests by how their output tokens were counted "
+                                    "(usage|count_field exact, events counted).", ("model", "method"), registry=r)
+        self._series: dict[tuple[str, str, str], Series] = {}
+
+    def series(self, tenant: str, model: str, tier: str) -> "Series":
+        key = (tenant, model, tier)
+        found = self._series.get(key)
+        if found is None:
+            found = self._series[key] = Series(self, key)
+        return found
+
+
+class Series:
+    """Children of every family for one (tenant, model, tier): label lookups happen once, not per token."""
+
+    __slots__ = ("metrics", "key", "duration", "upstream_duration", "ttft", "itl", "tpot", "output_tokens",
+                 "tokens_per_second", "input_tokens_total", "output_tokens_total", "in_flight")
+
+    def __init__(self, metrics: GatewayMetrics, key: tuple[str, str, str]):
+        self.metrics = metrics
+        self.key = key
+        self.duration = metrics.duration.labels(*key)
+        self.upstream_duration = metrics.upstream_duration.labels(*key)
+        self.ttft = metrics.ttft.labels(*key)
+        self.itl = metrics.itl.labels(*key)
+        self.tpot = metrics.tpot.labels(*key)
+        self.output_tokens = metrics.output_tokens.labels(*key)
+        self.tokens_per_second = metrics.tokens_per_second.labels(*key)
+        self.input_tokens_total = metrics.tokens.labels(*key, "input")
+        self.output_tokens_total = metrics.tokens.labels(*key, "output")
+        self.in_flight = metrics.in_flight.labels(*key)
+
+    def count_request(self, code: int, outcome: str) -> None:
+        self.metrics.requests.labels(*self.key, str(code), outcome).inc()
+
+    def count_method(self, method: str) -> None:
+        self.metrics.count_method.labels(self.key[1], method).inc()

@@ -1,0 +1,202 @@
+"""The streaming reverse proxy: aiohttp server in front, aiohttp client to the upstream.
+
+Responses reach the client byte-for-byte (no decompression, no re-encoding) and each read from the upstream
+is written to the client at once, before it is metered, so a stream is never buffered. Non-streamed LLM
+responses are read whole (they are one JSON document) so that they can carry `X-Token-Used`.
+
+Failure answers (JSON `{"error": ...}`): 413 body above spec.gateway.max_body_bytes; 502 upstream
+unreachable or broken; 504 upstream silent for spec.gateway.upstream_timeout (applied to connecting, to the
+response headers and to every gap between reads, so a long stream that keeps producing is never cut).
+A client that disconnects cancels the handler (aiohttp handler_cancellation): the upstream connection is
+closed, which makes Triton cancel the request, and the request counts as `cancelled`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from inferwatch.exporters.gateway.api import Gateway
+from inferwatch.exporters.gateway.exchange import Exchange
+
+log = logging.getLogger(__name__)
+
+# RFC 9110 §7.6.1 hop-by-hop fields, plus the ones the HTTP stacks set themselves (Host, framing).
+_HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+                         "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length"))
+CLIENT_CLOSED = 499  # nginx's code for "client closed the request before the answer"
+
+
+def _json_error(status: int, message: str) -> web.Response:
+    return web.Response(status=status, body=json.dumps({"error": message}).encode(),
+                        content_type="application/json")
+
+
+class Proxy:
+    """Forward every request to `upstream` (base URL), metering LLM routes through `gateway`."""
+
+    def __init__(self, gateway: Gateway, upstream: str, timeout_s: float | None = None,
+                 max_body_bytes: int | None = None):
+        settings = gateway.spec.gateway
+        self.gateway = gateway
+        self.upstream = upstream.rstrip("/")
+        self.timeout_s = timeout_s if timeout_s is not None else settings.upstream_timeout.seconds
+        self.max_body_bytes = max_body_bytes if max_body_bytes is not None else settings.max_body_bytes
+        self.session: aiohttp.ClientSession | None = None
+
+    # ------------------------------------------------------------------------------------------ app
+    def app(self) -> web.Application:
+        # client_max_size makes aiohttp itself refuse a larger body while reading it (chunked uploads too).
+        app = web.Application(client_max_size=self.max_body_bytes)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, _app) -> None:
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout_s, sock_read=self.timeout_s)
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, force_close=False, ttl_dns_cache=300),
+            timeout=timeout, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
+
+    async def _close(self, _app) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    # -------------------------------------------------------------------------------------- handler
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        length = request.content_length
+        if length is not None and length > self.max_body_bytes:
+            return self._refuse(request, started, length)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._refuse(request, started, None)
+        ex = self.gateway.exchange(request.method, request.path, request.headers, body, started)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        if request.remote:
+            prior = request.headers.get("X-Forwarded-For")
+            headers["X-Forwarded-For"] = f"{prior}, {request.remote}" if prior else request.remote
+        if ex is not None:
+            ex.meter.upstream_begin()
+        try:
+            upstream = await self.session.request(request.method, self.upstream + request.raw_path, data=body,
+                                                  headers=headers, allow_redirects=False)
+        except asyncio.CancelledError:
+            if ex is not None:
+                ex.finish("cancelled", CLIENT_CLOSED)
+            raise
+        except asyncio.TimeoutError:
+            return self._fail(ex, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
+        except (aiohttp.ClientError, OSError) as exc:
+            return self._fail(ex, 502, "error", f"upstream unavailable: {exc.__class__.__name__}: {exc}")
+        try:
+            if ex is not None:
+                ex.response_start(upstream.status, upstream.headers.get("Content-Type"))
+                if not ex.sse:
+                    return await self._whole(request, upstream, ex)
+            return await self._stream(request, upstream, ex)
+        finally:
+            upstream.release()
+
+    async def _whole(self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange) -> web.StreamResponse:
+        """A non-streamed LLM response: read it, count its tokens, answer with X-Token-Used."""
+        try:
+            body = await upstream.read()
+        except asyncio.CancelledError:
+            upstream.close()
+            ex.finish("cancelled", CLIENT_CLOSED)
+            raise
+        except asyncio.TimeoutError:
+            upstream.close()
+            return self._fail(ex, 504, "timeout", f"upstream stalled for {self.timeout_s:g}s")
+        except (aiohttp.ClientError, OSError) as exc:
+            upstream.close()
+            return self._fail(ex, 502, "error", f"upstream response broken: {exc.__class__.__name__}")
+        ex.chunk(body)
+        ex.parse_body()
+        headers = _response_headers(upstream)
+        meter = ex.meter
+        headers["X-Token-Used"] = str(meter.output_tokens + meter.input_tokens)
+        headers["X-Token-Used-Input"] = str(meter.input_tokens)
+        headers["X-Token-Used-Output"] = str(meter.output_tokens)
+        response = web.Response(status=upstream.status, reason=upstream.reason, body=body, headers=headers)
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except asyncio.CancelledError:
+            ex.finish("cancelled", upstream.status)
+            raise
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            ex.finish("cancelled", upstream.status)
+            return response
+        ex.finish()
+        return response
+
+    async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                      ex: Exchange | None) -> web.StreamResponse:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                      headers=_response_headers(upstream))
+        if upstream.content_length is not None:
+            response.content_length = upstream.content_length
+        outcome = None
+        try:
+            await response.prepare(request)
+            write = response.write
+            chunk = ex.chunk if ex is not None else None
+            perf = time.perf_counter
+            # iter_any: whatever the socket delivered, at once — one SSE event per read in the usual case.
+            async for data in upstream.content.iter_any():
+                now = perf()
+                await write(data)
+                if chunk is not None:
+                    chunk(data, now)
+            await response.write_eof()
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            outcome = "cancelled"  # the client went away while we wrote
+        except asyncio.TimeoutError:
+            outcome = "timeout"
+        except aiohttp.ClientError as exc:
+            log.info("upstream stream broken: %s", exc)
+            outcome = "error"
+        finally:
+            if outcome is not None:
+                upstream.close()  # stop the upstream's work (Triton cancels on disconnect)
+                if outcome in ("timeout", "error") and request.transport is not None:
+                    # Cut the client's stream too: ending it cleanly would present a truncated answer as whole.
+                    request.transport.close()
+            if ex is not None:
+                ex.finish(outcome, upstream.status)
+        return response
+
+    def _refuse(self, request: web.Request, started: float, length: int | None) -> web.Response:
+        ex = self.gateway.exchange(request.method, request.path, request.headers, b"", started)
+        limit = self.max_body_bytes
+        if ex is not None:
+            ex.response_start(413, None)
+            ex.finish("error", 413)
+        got = f"{length} bytes" if length is not None else "more"
+        return _json_error(413, f"request body too large: {got}, limit {limit} bytes (gateway.max_body_bytes)")
+
+    def _fail(self, ex: Exchange | None, status: int, outcome: str, message: str) -> web.Response:
+        log.warning("%s", message)
+        if ex is not None:
+            ex.response_start(status, None)
+            ex.finish(outcome, status)
+        return _json_error(status, message)
+
+
+def _response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict:
+    # A multidict keeps repeated fields (Set-Cookie) as the upstream sent them.
+    return CIMultiDict((k, v) for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP)
