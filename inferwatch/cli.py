@@ -19,6 +19,8 @@ COMMANDS = [
     "inferwatch.check",
     "inferwatch.generate",
     "inferwatch.demo",
+    "inferwatch.triage.cli",
+    "inferwatch.notifier.cli",
 ]
 # `inferwatch exporter <name>` subcommands.
 EXPORTERS: list[str] = [

@@ -69,12 +69,18 @@ def write_config(path: Path, scrape_configs: list[dict], *, rule_files: list[str
 
 
 def start_prometheus(workdir: Path, config_path: Path, *, port: int | None = None,
-                     extra_args: list[str] | None = None, timeout: float = 60.0) -> PrometheusServer:
-    """Start Prometheus with `config_path` on a free loopback port; ready when /-/ready answers 200."""
+                     extra_args: list[str] | None = None, timeout: float = 60.0,
+                     storage_path: Path | None = None) -> PrometheusServer:
+    """Start Prometheus with `config_path` on a free loopback port; ready when /-/ready answers 200.
+
+    `storage_path`: an existing TSDB directory to serve (e.g. blocks written by
+    `promtool tsdb create-blocks-from openmetrics`); default a fresh `prometheus-data` under `workdir`.
+    """
     binary = require_binary("prometheus", INSTALL_HINT)
     workdir = Path(workdir)
     port = port or free_port()
-    argv = [binary, f"--config.file={config_path}", f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+    storage = Path(storage_path) if storage_path else workdir / "prometheus-data"
+    argv = [binary, f"--config.file={config_path}", f"--storage.tsdb.path={storage}",
             f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
             "--web.enable-admin-api", "--log.level=warn"] + list(extra_args or [])
     url = f"http://127.0.0.1:{port}"

@@ -1,0 +1,117 @@
+"""`inferwatch triage`: gather the evidence each firing alert's runbook asks for and name the likely cause.
+
+Takes the firing alerts from Alertmanager (default, or --firing), or the alerts named on the command line
+(scoped with --label). Each alert's runbook page (runbooks/<AlertName>.md) lists PromQL evidence queries;
+triage runs them against Prometheus scoped to the alert's labels, evaluates the page's findings and prints
+the values, the likely cause(s) and the runbook link. Exit 0 when triage ran, 1 when Prometheus or
+Alertmanager cannot be reached, 2 on bad usage (unknown alert name, bad --label or --at).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import sys
+from pathlib import Path
+
+from inferwatch.cli import UsageError, add_spec_arg
+from inferwatch.spec import load_spec
+from inferwatch.triage.engine import AlertTriage, triage_alert
+from inferwatch.triage.evidence import default_runbook_dir, load_runbooks
+from inferwatch.triage.render import print_results, results_json
+from inferwatch.triage.sources import PrometheusSource, SourceUnreachable, fetch_firing_alerts
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("triage", help="gather runbook evidence for firing alerts and name the likely cause",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("alerts", nargs="*", metavar="ALERTNAME",
+                   help="alert names to triage (default: every firing alert from Alertmanager)")
+    p.add_argument("--firing", action="store_true",
+                   help="take firing alerts (not silenced or inhibited) from Alertmanager; with ALERTNAMEs, "
+                        "only those names")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="scope a named alert, e.g. --label model=llama --label tier=realtime (repeatable)")
+    p.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (default: spec targets.prometheus)")
+    p.add_argument("--alertmanager", metavar="URL",
+                   help="Alertmanager base URL (default: spec targets.alertmanager)")
+    add_spec_arg(p)
+    p.add_argument("--runbooks", metavar="DIR", default=None,
+                   help=f"runbook pages directory (default: {default_runbook_dir()})")
+    p.add_argument("--at", metavar="TIME", default=None,
+                   help="evaluate the evidence at this time (RFC 3339 or unix seconds; default: now), "
+                        "e.g. the alert's start")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="per-request HTTP timeout in seconds (default 10)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the terminal view")
+    p.set_defaults(func=run)
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    labels = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--label expects KEY=VALUE, got {item!r}")
+        labels[key.strip()] = value
+    return labels
+
+
+def parse_time(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise UsageError(f"--at expects RFC 3339 (2024-05-01T12:00:00Z) or unix seconds, got {text!r}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    labels = parse_labels(args.label)
+    at = parse_time(args.at)
+    runbooks = load_runbooks(Path(args.runbooks) if args.runbooks else None)
+    prometheus_url = args.prometheus or spec.targets.prometheus
+    alertmanager_url = args.alertmanager or spec.targets.alertmanager
+    for name in args.alerts:
+        if name not in runbooks:
+            raise UsageError(f"no runbook page for alert {name!r} (pages: {', '.join(sorted(runbooks))})")
+    try:
+        source = PrometheusSource(prometheus_url, timeout=args.timeout, at=at)
+        source.check()
+        if args.firing or not args.alerts:
+            wanted = set(args.alerts)
+            targets = [(a["labels"].get("alertname", "?"), a["labels"], (a.get("annotations") or {}).get("runbook_url"))
+                       for a in fetch_firing_alerts(alertmanager_url, timeout=args.timeout)
+                       if not wanted or a["labels"].get("alertname") in wanted]
+        else:
+            targets = [(name, {"alertname": name, **labels}, None) for name in args.alerts]
+    except SourceUnreachable as exc:
+        return _fail(args, str(exc))
+    results: list[AlertTriage] = []
+    for name, alert_labels, url in targets:
+        results.append(triage_alert(name, alert_labels, runbooks.get(name), source,
+                                    url or f"{spec.runbook_base_url}{name}.md"))
+    if all(e.result.error and "unreachable" in e.result.error for r in results for e in r.evidence) \
+            and any(r.evidence for r in results):
+        return _fail(args, f"Prometheus at {prometheus_url} stopped answering during triage")
+    if args.json:
+        print(results_json(results))
+    else:
+        print_results(results)
+    return 0
+
+
+def _fail(args: argparse.Namespace, message: str) -> int:
+    print(f"inferwatch triage: error: {message}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"alerts": [], "error": message}, indent=2))
+    return 1

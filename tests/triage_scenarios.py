@@ -1,0 +1,93 @@
+"""Prepared Prometheus data for triage tests: cross-layer situations an on-call meets, as the raw series
+the gateway, Triton, the Triton collector and the GPU exporter would have produced over the last 30 min.
+
+Each situation uses its own model and node, so one Prometheus holds all of them and a triage scoped by
+`model` sees only its own situation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from inferwatch.stack.backfill import Series, counter, gauge
+
+# TTFT distribution every situation shares at the gateway: cumulative fraction of requests per bucket
+# edge. P95 interpolates to 0.3 + (0.95 - 0.8) / 0.2 * 0.7 = 0.825 s, far above the 300 ms realtime target.
+SLOW_TTFT = {"0.1": 0.5, "0.3": 0.8, "1.0": 1.0, "+Inf": 1.0}
+TTFT_P95_SECONDS = 0.825
+
+
+@dataclasses.dataclass(frozen=True)
+class Situation:
+    model: str
+    node: str
+    expected_cause: str
+    queue_p95_seconds: float | None = None     # None: Triton not scraped at all
+    batch_size: float = 1.0
+    max_batch_size: int = 8
+    gpu_util_percent: float = 50.0
+    pending: float = 0.0
+    request_rate: float = 20.0
+
+
+SITUATIONS = [
+    # Queue long and GPU saturated at full batches: out of capacity.
+    Situation("llm-capacity", "node-a", "capacity", queue_p95_seconds=0.6, batch_size=8, gpu_util_percent=97,
+              pending=40),
+    # Queue short, every request alone although max_batch_size is 8, GPU mostly idle: batching configuration.
+    Situation("llm-batching", "node-b", "batching-configuration", queue_p95_seconds=0.01, batch_size=1.0,
+              gpu_util_percent=30, pending=1),
+    # Everything in Triton normal: the time is lost between gateway and Triton.
+    Situation("llm-gateway", "node-c", "gateway-network", queue_p95_seconds=0.005, batch_size=6,
+              gpu_util_percent=40),
+    # Gateway sees slow TTFT but Prometheus has no Triton series for the model: metrics port blocked.
+    Situation("llm-dark", "node-d", "telemetry-gap"),
+]
+
+
+def situation_series(s: Situation, start: float, end: float) -> list[Series]:
+    """Raw series for one situation between `start` and `end` (unix seconds)."""
+    out: list[Series] = []
+    gw = {"job": "inferwatch-gateway", "instance": "gw:9402", "node": "gw-node", "model": s.model,
+          "tier": "realtime", "tenant": "acme"}
+    for le, frac in SLOW_TTFT.items():
+        out.append(counter("gateway_time_to_first_token_seconds_bucket", {**gw, "le": le}, s.request_rate * frac,
+                           start, end))
+    out.append(counter("gateway_time_to_first_token_seconds_count", gw, s.request_rate, start, end))
+    out.append(gauge("gateway_requests_in_flight", gw, s.request_rate * 2, start, end))
+    if s.queue_p95_seconds is None:
+        return out
+    tri = {"job": "triton", "instance": f"{s.node}:8002", "node": s.node, "triton": f"triton-{s.node}",
+           "model": s.model, "version": "1"}
+    out += [
+        counter("nv_inference_request_success", tri, s.request_rate, start, end),
+        counter("nv_inference_count", tri, s.request_rate, start, end),
+        counter("nv_inference_exec_count", tri, s.request_rate / s.batch_size, start, end),
+        counter("nv_inference_queue_duration_us", tri, s.request_rate * s.queue_p95_seconds * 0.6e6, start, end),
+        gauge("nv_inference_queue_summary_us", {**tri, "quantile": "0.95"}, s.queue_p95_seconds * 1e6, start, end),
+        gauge("nv_inference_pending_request_count", tri, s.pending, start, end),
+    ]
+    col = {"job": "inferwatch-triton", "instance": "collector:9401", "node": s.node, "triton": f"triton-{s.node}",
+           "model": s.model}
+    out += [
+        gauge("inferwatch_triton_model_max_batch_size", col, s.max_batch_size, start, end),
+        gauge("inferwatch_triton_model_preferred_batch_size_max", col, s.max_batch_size, start, end),
+        gauge("inferwatch_triton_model_dynamic_batching_enabled", col, 1, start, end),
+    ]
+    gpu = {"job": "inferwatch-gpu", "instance": f"{s.node}:9400", "node": s.node, "gpu": "0",
+           "UUID": f"GPU-{s.node}", "Hostname": s.node, "modelName": "NVIDIA H100 80GB HBM3"}
+    out.append(gauge("DCGM_FI_DEV_GPU_UTIL", gpu, s.gpu_util_percent, start, end))
+    out.append(gauge("inferwatch_gpu_up", {k: gpu[k] for k in ("job", "instance", "node", "gpu", "UUID", "Hostname")},
+                     1, start, end))
+    return out
+
+
+def all_series(now: float | None = None, minutes: int = 30) -> list[Series]:
+    """Every situation's series for the `minutes` before `now` (default: the current time)."""
+    end = (now or time.time()) - 5
+    start = end - minutes * 60
+    series: list[Series] = []
+    for s in SITUATIONS:
+        series += situation_series(s, start, end)
+    return series
