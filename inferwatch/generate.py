@@ -19,7 +19,9 @@ from inferwatch.spec import Spec, load_spec
 log = logging.getLogger(__name__)
 
 # "module:function" entries; each returns {relative path: text}. Order only matters for the log.
-GENERATORS: list[str] = []
+GENERATORS: list[str] = [
+    "inferwatch.rules.generate:outputs",  # rules/generated/*.yml, PrometheusRule, deploy/prometheus/prometheus.yml
+]
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -59,6 +59,19 @@ class TritonTarget:
 
 
 @dataclasses.dataclass
+class ExporterTarget:
+    """One exporter address with the node it watches. A plain 'host:port' string in the spec means
+    {address: host:port, node: host}."""
+
+    address: str = field(doc="host:port Prometheus scrapes")
+    node: str = field("", doc="the `node` label alerts name; default: the address's host")
+
+    def __post_init__(self) -> None:
+        if not self.node:
+            self.node = self.address.rsplit(":", 1)[0]
+
+
+@dataclasses.dataclass
 class Targets:
     """Where the running parts are. Addresses are host:port as Prometheus scrape targets take them."""
 
@@ -66,10 +79,23 @@ class Targets:
     alertmanager: str = field("http://127.0.0.1:9093", doc="Alertmanager base URL (triage --firing)")
     notifier: str = field("http://127.0.0.1:9410", doc="notifier base URL Alertmanager posts to")
     triton: list[TritonTarget] = field([], doc="Triton servers to scrape and poll")
-    gpu_exporters: list[str] = field(["127.0.0.1:9400"], doc="inferwatch GPU exporters or dcgm-exporters")
+    gpu_exporters: list[str | ExporterTarget] = field(["127.0.0.1:9400"],
+                                                      doc="inferwatch GPU exporters or dcgm-exporters: "
+                                                          "'host:port' or {address, node}")
     triton_collectors: list[str] = field(["127.0.0.1:9401"], doc="inferwatch Triton collectors")
-    gateways: list[str] = field(["127.0.0.1:9402"], doc="gateway exporters' metrics ports")
-    notifiers: list[str] = field([], doc="notifier /metrics addresses; default: the notifier URL's host:port")
+    gateways: list[str | ExporterTarget] = field(["127.0.0.1:9402"],
+                                                 doc="gateway exporters' metrics ports: 'host:port' or {address, node}")
+    notifiers: list[str | ExporterTarget] = field([], doc="notifier /metrics addresses ('host:port' or "
+                                                          "{address, node}); default: the notifier URL's host:port")
+
+    def exporter_targets(self, kind: str) -> list[ExporterTarget]:
+        """`gpu_exporters`, `gateways` or `notifiers` as ExporterTargets (plain strings get node = their host)."""
+        entries: list = list(getattr(self, kind))
+        if kind == "notifiers" and not entries:
+            from urllib.parse import urlparse
+
+            entries = [urlparse(self.notifier).netloc]
+        return [e if isinstance(e, ExporterTarget) else ExporterTarget(e) for e in entries]
 
 
 @dataclasses.dataclass
@@ -77,6 +103,13 @@ class PrometheusSettings:
     scrape_interval: Duration = field(_d("15s"), doc="raise for large fleets; must be >= Triton metrics interval")
     evaluation_interval: Duration = field(_d("15s"), doc="rule evaluation interval")
     external_labels: dict[str, str] = field({}, doc="e.g. cluster: prod-a")
+    rate_window: Duration = field(_d("5m"), doc="rate() window of the recording rules and L1/L2/L3 alerts; "
+                                                "at least 4 scrape intervals (shorten only with the scrape interval)")
+    rule_files: list[str] = field(["../../rules/generated/*.yml"],
+                                  doc="rule_files in the generated prometheus.yml (relative to its folder)")
+    kubernetes_namespace: str = field("monitoring", doc="namespace of the generated PrometheusRule manifest")
+    kubernetes_labels: dict[str, str] = field({"app.kubernetes.io/part-of": "inferwatch"},
+                                              doc="labels of the PrometheusRule; match your operator's ruleSelector")
 
 
 # ---------------------------------------------------------------------------------------------- layers
@@ -89,7 +122,25 @@ class GpuLayer:
     memory_used_critical_ratio: float = field(0.95)
     critical_xids: list[int] = field([48, 63, 64, 74, 79, 94, 95, 119, 120],
                                      doc="XIDs that mean hardware/driver trouble; never 13, 31, 43 (app faults)")
+    throttle_reasons: list[str] = field(["hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"],
+                                        doc="clocks-event reasons (NVML names) that GpuThrottling pages on; "
+                                            "never gpu_idle or applications_clocks_setting (normal operation)")
     for_: Duration = field(_d("2m"), key="for", doc="default `for` of L1 alerts")
+    event_for: Duration = field(_d("0s"), doc="`for` of the event alerts GpuLost, GpuXidCritical and "
+                                             "GpuUncorrectableMemoryError: a lost or corrupting GPU pages at once")
+    exporter_down_for: Duration = field(_d("5m"), doc="`for` of GpuExporterDown (rides out a restart)")
+
+    def _validate(self, path: str) -> None:
+        for name in ("memory_used_warning_ratio", "memory_used_critical_ratio"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise SpecError(f"{path}.{name}", f"expected a ratio in (0, 1], got {getattr(self, name)}")
+        if self.memory_used_warning_ratio > self.memory_used_critical_ratio:
+            raise SpecError(f"{path}.memory_used_warning_ratio",
+                            f"expected at most memory_used_critical_ratio ({self.memory_used_critical_ratio}), "
+                            f"got {self.memory_used_warning_ratio}")
+        app_faults = sorted({13, 31, 43} & set(self.critical_xids))
+        if app_faults:
+            raise SpecError(f"{path}.critical_xids", f"XIDs {app_faults} are application faults, not GPU faults")
 
 
 @dataclasses.dataclass
@@ -109,8 +160,45 @@ class TritonLayer:
     pending_requests: float = field(100.0)
     batching_efficiency_ratio: float = field(0.5, doc="achieved/preferred batch size below this is ineffective")
     canary_regression_ratio: float = field(0.05, doc="newer version worse than older by more than 5 %")
+    canary_min_error_ratio_delta: float = field(0.001, doc="and worse by at least this much absolute error ratio, "
+                                                          "so 0.01 % vs 0.0105 % is not a regression")
+    batching_min_queue_seconds: float = field(0.05, doc="average queue time above which ineffective batching "
+                                                        "matters (requests wait for batches that never fill)")
     for_: Duration = field(_d("5m"), key="for")
+    exporter_down_for: Duration = field(_d("5m"), doc="`for` of TritonServerDown and TritonCollectorDown")
     models: dict[str, ModelOverride] = field({})
+
+
+@dataclasses.dataclass
+class BurnRateWindow:
+    """One burn-rate alert: fire when the error ratio over BOTH `long` and `short` exceeds
+    `factor` × (1 − objective). `name` becomes the alert's `window` label (for inhibition)."""
+
+    name: str
+    long: Duration
+    short: Duration
+    factor: float
+    severity: str = field("critical", doc="critical pages, warning makes a ticket")
+    for_: Duration = field(_d("0s"), key="for")
+
+    def _validate(self, path: str) -> None:
+        if self.short >= self.long:
+            raise SpecError(f"{path}.short", f"expected shorter than long ({self.long}), got {self.short}")
+        if self.severity not in SEVERITIES:
+            raise SpecError(f"{path}.severity", f"expected one of {', '.join(SEVERITIES)}, got {self.severity!r}")
+        if self.factor <= 0:
+            raise SpecError(f"{path}.factor", f"expected a positive number, got {self.factor}")
+
+
+@dataclasses.dataclass
+class NotifierAlerts:
+    """Thresholds of the notifier's self-alerts (NotifierDeliveryFailing, NotifierDeadLetters, NotifierDown)."""
+
+    delivery_failure_ratio: float = field(0.5, doc="failed / all delivery attempts over the rate window")
+    min_attempt_rate: float = field(0.0, doc="attempts/s below which the failure ratio is not judged")
+    oldest_pending_seconds: float = field(900.0, doc="a notification still undelivered after this is failing")
+    for_: Duration = field(_d("5m"), key="for")
+    down_for: Duration = field(_d("2m"), doc="`for` of NotifierDown: without the notifier nobody gets paged")
 
 
 @dataclasses.dataclass
@@ -119,8 +207,18 @@ class LlmLayer:
 
     cancellation_ratio: float = field(0.2)
     throughput_collapse_ratio: float = field(0.5, doc="tokens/s below this fraction of the same hour yesterday")
+    throughput_baseline_offset: Duration = field(_d("1d"), doc="'yesterday' for the collapse alert (shorten in demos)")
+    throughput_min_tokens_per_second: float = field(1.0, doc="baseline below this is too quiet to judge a collapse")
     min_request_rate: float = field(0.05)
     for_: Duration = field(_d("5m"), key="for")
+    exporter_down_for: Duration = field(_d("5m"), doc="`for` of GatewayExporterDown")
+    burn_rate_windows: list[BurnRateWindow] = field(
+        [BurnRateWindow("page-fast", _d("1h"), _d("5m"), 14.4, "critical", _d("2m")),
+         BurnRateWindow("page-slow", _d("6h"), _d("30m"), 6.0, "critical", _d("15m")),
+         BurnRateWindow("ticket-fast", _d("1d"), _d("2h"), 3.0, "warning", _d("1h")),
+         BurnRateWindow("ticket-slow", _d("3d"), _d("6h"), 1.0, "warning", _d("3h"))],
+        doc="multi-window multi-burn-rate pairs for a 30-day SLO (Google SRE Workbook ch. 5); "
+            "scale all windows down together for short demos")
 
 
 @dataclasses.dataclass
@@ -128,6 +226,7 @@ class Layers:
     L1: GpuLayer = field(GpuLayer)
     L2: TritonLayer = field(TritonLayer)
     L3: LlmLayer = field(LlmLayer)
+    notifier: NotifierAlerts = field(NotifierAlerts, doc="notifier self-alerts (layer L1, component notifier)")
 
 
 # ------------------------------------------------------------------------------------- tenants / tiers

@@ -145,6 +145,11 @@ def build(tp: Any, value: Any, path: str = "") -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
+        # `str | SomeDataclass`: a mapping builds the dataclass, anything else the first type (the short form).
+        if isinstance(value, dict):
+            for arg in args:
+                if dataclasses.is_dataclass(arg):
+                    return build(arg, value, path)
         return build(args[0], value, path)
     if tp is Any:
         return value

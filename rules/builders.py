@@ -1,0 +1,82 @@
+"""Small builders for the shapes that repeat across areas: exporter down, value over a per-model threshold,
+a minimum-traffic guard, bucket-edge matchers, burn-rate pairs.
+
+All functions return PromQL text or rule objects; none reads the spec beyond the arguments it is given.
+"""
+
+from __future__ import annotations
+
+import re
+
+from inferwatch.rules.model import Alert
+from inferwatch.spec import Duration
+
+MODEL_VERSION = ("node", "triton", "model", "version")
+
+
+def by(labels: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(labels)
+
+
+def num(value: float) -> str:
+    """A threshold as PromQL reads it: 0.5, 85, 1e-05 (never 85.0, so rules read like hand-written ones)."""
+    return repr(float(value)).removesuffix(".0") if float(value).is_integer() else repr(float(value))
+
+
+def regex_alternation(values: list[str] | list[int]) -> str:
+    """`a|b|c` for a =~ matcher, each value escaped (RE2 is fully anchored in label matchers)."""
+    return "|".join(re.sub(r"([.+*?()|\[\]{}^$\\])", r"\\\\\1", str(v)) for v in values)
+
+
+def le_matcher(edge: float) -> str:
+    """Matcher for the histogram bucket whose upper bound is `edge`.
+
+    Python's prometheus_client writes `le="1.0"` and Go clients `le="1"`; Prometheus 2.x stores the text as
+    scraped (3.x normalises it), so integral edges match both spellings.
+    """
+    if float(edge).is_integer():
+        whole = str(int(edge))
+        return f'le=~"{whole}|{whole}[.]0"'
+    return f'le="{float(edge)!r}"'
+
+
+def exporter_down(alert: str, job: str, *, for_: Duration, severity: str, what: str, has_targets: bool,
+                  labels: dict[str, str] | None = None) -> Alert:
+    """`up == 0` for every target of `job`, plus `absent(up{job})` when the spec lists targets for it, so a job
+    whose targets vanished from service discovery is not silently healthy."""
+    expr = f'up{{job="{job}"}} == 0'
+    if has_targets:
+        expr += f'\nor\nabsent(up{{job="{job}"}})'
+    description = (f"Prometheus cannot scrape {what} {{{{ with $labels.instance }}}}at {{{{ . }}}} {{{{ end }}}}"
+                   f"(job {job}{{{{ with $labels.node }}}}, node {{{{ . }}}}{{{{ end }}}}): "
+                   f"its alerts cannot fire while it is down.")
+    return Alert(alert, expr, for_, severity, description, labels=dict(labels or {}))
+
+
+def over_threshold_by_model(selector, default: float, overrides: dict[str, float], op: str = ">") -> str:
+    """`selector op threshold`, with a per-model threshold for each model in `overrides` and the default for
+    every other model. `selector` is a metric name, or a function from a matcher text (`{model="x"}` or "")
+    to an expression, for thresholds on an aggregation."""
+
+    def sel(extra: str) -> str:
+        if callable(selector):
+            return selector(f"{{{extra}}}" if extra else "")
+        return f"{selector}{{{extra}}}" if extra else selector
+
+    if not overrides:
+        return f"{sel('')} {op} {num(default)}"
+    names = sorted(overrides)
+    parts = [f'({sel(f"model!~{chr(34)}{regex_alternation(names)}{chr(34)}")} {op} {num(default)})']
+    for model in names:
+        parts.append(f'({sel(f"model={chr(34)}{model}{chr(34)}")} {op} {num(overrides[model])})')
+    return "\nor\n".join(parts)
+
+
+def with_min_rate(expr: str, rate_selector: str, minimum: float, on: tuple[str, ...]) -> str:
+    """Keep `expr`'s series only where `rate_selector` exceeds `minimum` (the low-traffic guard: a ratio of
+    2 errors in 3 requests is not an outage)."""
+    return f"(\n{indent(expr)}\n)\nand on ({by(on)})\n{rate_selector} > {num(minimum)}"
+
+
+def indent(text: str, spaces: int = 2) -> str:
+    return "\n".join(" " * spaces + line if line else line for line in text.splitlines())

@@ -1,0 +1,145 @@
+"""L3 rules: the LLM user experience as the gateway exporter measures it (`gateway_*`, labels tenant, model,
+tier; histograms in seconds).
+
+SLO alerts follow the multi-window multi-burn-rate scheme (Google SRE Workbook ch. 5; research/alerting.md §2):
+one rule per tier and window pair, labelled `window` (page-fast, page-slow, ticket-fast, ticket-slow) so
+Alertmanager can inhibit the slower pairs while a faster one fires, each with a low-traffic guard.
+"""
+
+from __future__ import annotations
+
+from inferwatch.rules.builders import by, exporter_down, le_matcher, num
+from inferwatch.rules.model import Alert, Group, Recording
+from inferwatch.spec import Duration, Spec
+
+JOB = "inferwatch-gateway"
+TMT = ("tenant", "model", "tier")
+TMT_BY = by(TMT)
+# Availability SLI: error and timeout outcomes count against the budget; client mistakes (4xx) do not, except
+# 429, which is the platform refusing work. A stream that fails after its 200 has code 200, outcome error.
+ERRORS = 'outcome=~"error|timeout", code!~"4(0[0-9]|1[0-9]|2[0-8]|[3-9][0-9])"'
+REQUESTS = "tenant_model_tier:gateway_requests:rate"
+TOKENS = "tenant_model_tier_type:gateway_tokens:rate"
+CANCELLED = "tenant_model_tier:gateway_requests_cancelled:ratio"
+TTFT_P95 = "tenant_model_tier:gateway_time_to_first_token_seconds:p95"
+SLO_REQUESTS = "tier_slo_window:gateway_requests:rate"
+SLO_ERRORS = "tier_slo_window:gateway_requests_errors:ratio"
+SLO_TTFT = "tier_slo_window:gateway_time_to_first_token_seconds:ratio_over_slo"
+WHO = "tenant {{ $labels.tenant }}, model {{ $labels.model }}, tier {{ $labels.tier }}"
+
+
+def _ratio_or_zero(numerator: str, denominator: str, on: str) -> str:
+    # Without any error series the numerator is empty; `or 0 * denominator` makes the ratio 0, not absent.
+    return f"(\n  {numerator}\n  or on ({on})\n  0 * {denominator}\n)\n/ on ({on})\n{denominator}"
+
+
+def recording_rules(window: str) -> list[Recording]:
+    rules = []
+    for metric in ("gateway_time_to_first_token_seconds", "gateway_inter_token_latency_seconds"):
+        for q in (50, 95, 99):
+            rules.append(Recording(f"tenant_model_tier:{metric}:p{q}",
+                                   f"histogram_quantile(0.{q}, sum by ({TMT_BY}, le) "
+                                   f"(rate({metric}_bucket[{window}])))"))
+    rules += [
+        Recording(TOKENS, f"sum by ({TMT_BY}, type) (rate(gateway_tokens_total[{window}]))"),
+        Recording("tenant_model_tier:gateway_output_tokens:avg",
+                  f"sum by ({TMT_BY}) (rate(gateway_output_tokens_sum[{window}]))\n/ on ({TMT_BY})\n"
+                  f"sum by ({TMT_BY}) (rate(gateway_output_tokens_count[{window}]))"),
+        Recording(REQUESTS, f"sum by ({TMT_BY}) (rate(gateway_requests_total[{window}]))"),
+        Recording("tenant_model_tier:gateway_requests_errors:ratio",
+                  _ratio_or_zero(f"sum by ({TMT_BY}) (rate(gateway_requests_total{{{ERRORS}}}[{window}]))",
+                                 REQUESTS, TMT_BY)),
+        Recording(CANCELLED,
+                  _ratio_or_zero(f'sum by ({TMT_BY}) (rate(gateway_requests_total{{outcome="cancelled"}}[{window}]))',
+                                 REQUESTS, TMT_BY)),
+    ]
+    return rules
+
+
+def slo_windows(spec: Spec) -> list[Duration]:
+    """Every distinct long and short window of the burn-rate pairs, shortest first."""
+    return sorted({w for pair in spec.layers.L3.burn_rate_windows for w in (pair.long, pair.short)})
+
+
+def slo_recording_rules(spec: Spec) -> list[Recording]:
+    rules = []
+    for w in slo_windows(spec):
+        label = {"slo_window": str(w)}
+        total = f'sum by (tier) ({SLO_REQUESTS}{{slo_window="{w}"}})'
+        rules.append(Recording(SLO_REQUESTS, f"sum by (tier) (rate(gateway_requests_total[{w}]))", label))
+        rules.append(Recording(SLO_ERRORS, _ratio_or_zero(
+            f"sum by (tier) (rate(gateway_requests_total{{{ERRORS}}}[{w}]))", total, "tier"), label))
+        for tier_name, tier in spec.tiers.items():
+            sel = f'tier="{tier_name}"'
+            rules.append(Recording(SLO_TTFT, (
+                f"1 - (\n  sum by (tier) (rate(gateway_time_to_first_token_seconds_bucket{{{sel}, "
+                f"{le_matcher(tier.ttft_slo_seconds)}}}[{w}]))\n  / on (tier)\n"
+                f"  sum by (tier) (rate(gateway_time_to_first_token_seconds_count{{{sel}}}[{w}]))\n)"),
+                {**label, "tier": tier_name}))
+    return rules
+
+
+def _threshold(factor: float, objective: float) -> str:
+    return num(float(f"{factor * (1 - objective):.10g}"))
+
+
+def burn_rate_alerts(spec: Spec) -> list[Alert]:
+    l3 = spec.layers.L3
+    alerts = []
+    slos = (("LlmAvailabilityBurnRate", "availability", SLO_ERRORS, "availability_objective",
+             "of requests failed"),
+            ("LlmTtftBurnRate", "ttft", SLO_TTFT, "ttft_objective", "of streamed requests missed the TTFT target"))
+    for alert, slo, series, objective_field, what in slos:
+        for tier_name, tier in spec.tiers.items():
+            objective = getattr(tier, objective_field)
+            for pair in l3.burn_rate_windows:
+                threshold = _threshold(pair.factor, objective)
+
+                def sel(name: str, w: Duration, tier_name: str = tier_name) -> str:
+                    return f'max without (slo_window) ({name}{{tier="{tier_name}", slo_window="{w}"}})'
+
+                expr = (f"{sel(series, pair.long)} > {threshold}\nand on (tier)\n"
+                        f"{sel(series, pair.short)} > {threshold}\nand on (tier)\n"
+                        f"{sel(SLO_REQUESTS, pair.short)} > {num(l3.min_request_rate)}")
+                target = (f", TTFT target {num(tier.ttft_slo_seconds)} s" if slo == "ttft" else "")
+                description = (f"Tier {{{{ $labels.tier }}}}: {{{{ $value | humanizePercentage }}}} {what} over "
+                               f"the last {pair.long} and more than {threshold} over the last {pair.short}: "
+                               f"{num(pair.factor)}x the error budget of the {objective:.3%} objective{target} "
+                               f"({pair.name}).")
+                alerts.append(Alert(alert, expr, pair.for_, pair.severity, description,
+                                    labels={"window": pair.name, "slo": slo, "tier": tier_name}))
+    return alerts
+
+
+def groups(spec: Spec) -> list[Group]:
+    l3 = spec.layers.L3
+    window = str(spec.prometheus.rate_window)
+    guard = f"and on ({TMT_BY})\n{REQUESTS} > {num(l3.min_request_rate)}"
+    alerts = []
+    for tier_name, tier in spec.tiers.items():
+        alerts.append(Alert(
+            "LlmTtftP95High", f'{TTFT_P95}{{tier="{tier_name}"}} > {num(tier.ttft_p95_seconds)}\n{guard}',
+            l3.for_, "warning",
+            f"Time to first token P95 for {WHO} is {{{{ $value | humanizeDuration }}}} over {window} "
+            f"(target {num(tier.ttft_p95_seconds)} s).", labels={"tier": tier_name}))
+    base = f'{TOKENS}{{type="output"}}'
+    offset = str(l3.throughput_baseline_offset)
+    alerts += [
+        Alert("LlmOutputThroughputCollapse",
+              f"sum by (model, tier) ({base})\n< {num(l3.throughput_collapse_ratio)} * "
+              f"sum by (model, tier) ({base} offset {offset})\nand on (model, tier)\n"
+              f"sum by (model, tier) ({base} offset {offset}) > {num(l3.throughput_min_tokens_per_second)}",
+              l3.for_, "warning",
+              f"Model {{{{ $labels.model }}}}, tier {{{{ $labels.tier }}}} produces {{{{ $value | humanize }}}} "
+              f"output tokens/s, under {l3.throughput_collapse_ratio:.0%} of what it produced {offset} earlier."),
+        Alert("LlmCancellationRatioHigh", f"{CANCELLED} > {num(l3.cancellation_ratio)}\n{guard}", l3.for_,
+              "warning",
+              f"Clients cancel {{{{ $value | humanizePercentage }}}} of the requests of {WHO} over {window} "
+              f"(threshold {l3.cancellation_ratio:.0%}): they give up waiting."),
+        exporter_down("GatewayExporterDown", JOB, for_=l3.exporter_down_for, severity="warning",
+                      what="the gateway exporter", has_targets=bool(spec.targets.gateways)),
+    ]
+    return [Group("inferwatch-llm.rules", recording_rules(window)),
+            Group("inferwatch-llm-slo.rules", slo_recording_rules(spec)),
+            Group("inferwatch-llm.alerts", alerts),
+            Group("inferwatch-llm-slo.alerts", burn_rate_alerts(spec))]

@@ -1,0 +1,55 @@
+"""Notifier self-alerts: layer L1 (they page) and label `component: notifier`, which Alertmanager routes to a
+fallback receiver that does not go through the notifier (a broken notifier cannot report itself).
+
+Metrics (CONVENTIONS.md, notifier/metrics.py): inferwatch_notifier_notifications_total{channel,outcome} with
+outcome delivered|retried|dead_lettered|superseded|cancelled, inferwatch_notifier_dead_letters_total{channel,
+reason}, inferwatch_notifier_oldest_pending_age_seconds.
+"""
+
+from __future__ import annotations
+
+from inferwatch.rules.builders import exporter_down, num
+from inferwatch.rules.model import Alert, Group
+from inferwatch.spec import Duration, Spec
+
+JOB = "inferwatch-notifier"
+LABELS = {"component": "notifier"}
+# superseded (a newer state of the same alert replaced it) and cancelled (resolved before sending) are neither
+# a success nor a failure of the provider.
+ATTEMPTS = 'outcome=~"delivered|retried|dead_lettered"'
+FAILED = 'outcome=~"retried|dead_lettered"'
+
+
+def groups(spec: Spec) -> list[Group]:
+    n = spec.layers.notifier
+    window = str(spec.prometheus.rate_window)
+    keep = "node, channel"
+    sent = f"sum by ({keep}) (rate(inferwatch_notifier_notifications_total{{{ATTEMPTS}}}[{window}]))"
+    alerts = [
+        Alert("NotifierDeliveryFailing",
+              f"sum by ({keep}) (rate(inferwatch_notifier_notifications_total{{{FAILED}}}[{window}]))\n"
+              f"/ on ({keep})\n{sent}\n> {num(n.delivery_failure_ratio)}\n"
+              f"and on ({keep})\n{sent} > {num(n.min_attempt_rate)}",
+              n.for_, "critical",
+              f"The notifier on node {{{{ $labels.node }}}} fails {{{{ $value | humanizePercentage }}}} of its "
+              f"delivery attempts to channel {{{{ $labels.channel }}}} over {window}: alerts of that channel's "
+              f"routes are late or lost.",
+              labels={**LABELS, "signal": "failure_ratio"}),
+        Alert("NotifierDeliveryFailing",
+              f"inferwatch_notifier_oldest_pending_age_seconds > {num(n.oldest_pending_seconds)}",
+              n.for_, "critical",
+              "The notifier on node {{ $labels.node }} has a notification waiting for "
+              "{{ $value | humanizeDuration }}: deliveries are stuck.",
+              labels={**LABELS, "signal": "stuck"}),
+        # A dead letter is a notification nobody received: page on the first one.
+        Alert("NotifierDeadLetters",
+              f"sum by ({keep}, reason) (increase(inferwatch_notifier_dead_letters_total[{window}])) > 0",
+              Duration(0), "critical",
+              f"The notifier on node {{{{ $labels.node }}}} gave up on {{{{ $value | humanize }}}} "
+              f"notification(s) to channel {{{{ $labels.channel }}}} ({{{{ $labels.reason }}}}) in the last "
+              f"{window}: read them from the outbox's dead letters.",
+              labels=dict(LABELS)),
+        exporter_down("NotifierDown", JOB, for_=n.down_for, severity="critical", what="the notifier",
+                      has_targets=True, labels=LABELS),
+    ]
+    return [Group("inferwatch-notifier.alerts", alerts)]

@@ -1,0 +1,142 @@
+"""L2 rules: Triton's own metrics (job `triton`) and the inferwatch Triton collector (job `inferwatch-triton`).
+
+Triton's latency metrics are cumulative µs counters, not histograms (REFERENCES.md): averages are
+rate(sum_us) / rate(success); P95 comes from `nv_inference_queue_summary_us{quantile="0.95"}`, which exists only
+with `--metrics-config summary_latencies=true`, is computed per process over a sliding 60 s window and so is
+combined with `max by`, never averaged. Failures carry `reason` (REJECTED|CANCELED|BACKEND|OTHER, Triton ≥ 24.07).
+"""
+
+from __future__ import annotations
+
+from inferwatch.rules.builders import (MODEL_VERSION, by, exporter_down, indent, num, over_threshold_by_model,
+                                       with_min_rate)
+from inferwatch.rules.model import Alert, Group, Recording
+from inferwatch.spec import Spec
+
+JOB = "triton"
+COLLECTOR_JOB = "inferwatch-triton"
+MV = by(MODEL_VERSION)
+SUCCESS = "model_version:nv_inference_request_success:rate"
+FAILURE = "model_version_reason:nv_inference_request_failure:rate"
+REQUESTS = "model_version:nv_inference_requests:rate"
+ERROR_RATIO = "model_version:nv_inference_request_error:ratio"
+REQUEST_AVG = "model_version:nv_inference_request_duration:avg_seconds"
+QUEUE_AVG = "model_version:nv_inference_queue_duration:avg_seconds"
+COMPUTE_AVG = "model_version:nv_inference_compute_duration:avg_seconds"
+QUEUE_P95 = "model_version:nv_inference_queue_duration:p95_seconds"
+BATCH_AVG = "model_version:nv_inference_batch_size:avg"
+MODEL = "{{ $labels.model }} version {{ $labels.version }} on {{ $labels.triton }} (node {{ $labels.node }})"
+
+
+def _rate(metric: str, window: str, keep: str = MV) -> str:
+    return f"sum by ({keep}) (rate({metric}[{window}]))"
+
+
+def recording_rules(window: str) -> list[Recording]:
+    compute = "  " + "\n  + ".join(f"rate(nv_inference_compute_{phase}_duration_us[{window}])"
+                                   for phase in ("input", "infer", "output"))
+    return [
+        Recording(SUCCESS, _rate("nv_inference_request_success", window)),
+        Recording(FAILURE, _rate("nv_inference_request_failure", window, MV + ", reason")),
+        Recording(REQUESTS, f"{SUCCESS}\n+ on ({MV})\nsum by ({MV}) ({FAILURE})"),
+        Recording(ERROR_RATIO, f"sum by ({MV}) ({FAILURE})\n/ on ({MV})\n{REQUESTS}"),
+        Recording(REQUEST_AVG, f"{_rate('nv_inference_request_duration_us', window)} / 1e6\n/ on ({MV})\n{SUCCESS}"),
+        Recording(QUEUE_AVG, f"{_rate('nv_inference_queue_duration_us', window)} / 1e6\n/ on ({MV})\n{SUCCESS}"),
+        Recording(COMPUTE_AVG, f"sum by ({MV}) (\n{compute}\n) / 1e6\n/ on ({MV})\n{SUCCESS}"),
+        # A summary with no observation in its 60 s window reports NaN; `>= 0` drops NaN so the average
+        # takes over, exactly as it does where summaries are off.
+        Recording(QUEUE_P95, f'(max by ({MV}) (nv_inference_queue_summary_us{{quantile="0.95"}}) / 1e6) >= 0\n'
+                             f"or\n{QUEUE_AVG}"),
+        Recording(BATCH_AVG, f"{_rate('nv_inference_count', window)}\n/ on ({MV})\n"
+                             f"{_rate('nv_inference_exec_count', window)}"),
+    ]
+
+
+def _overrides(spec: Spec, field: str) -> dict[str, float]:
+    return {m: getattr(o, field) for m, o in spec.layers.L2.models.items() if getattr(o, field) is not None}
+
+
+def _canary(l2, value: str, *, relative: float, absolute: float) -> str:
+    """Versions that are not the model's majority version (the canary: a version taking less traffic than
+    another of the same model on the same server), compared with the majority version's `value`."""
+    on = "node, triton, model"
+    busy = f"{REQUESTS} > {num(l2.min_request_rate)}"
+    majority = f"topk by ({on}) (1, {busy})"
+    extra = f" + {num(absolute)}" if absolute else ""
+    return (f"(\n  {value}\n  and on ({MV}) ({busy})\n  unless on ({MV})\n  {majority}\n)\n"
+            f"> on ({on}) group_left ()\n"
+            f"(\n  {num(1 + relative)} * max by ({on}) (\n    {value}\n    and on ({MV})\n    {majority}\n  ){extra}\n)")
+
+
+def groups(spec: Spec) -> list[Group]:
+    l2 = spec.layers.L2
+    window = str(spec.prometheus.rate_window)
+    reasons = (f'{{{{ range printf "sort_desc({FAILURE}{{triton=%q,model=%q,version=%q}} > 0)" '
+               f'$labels.triton $labels.model $labels.version | query }}}}'
+               f'{{{{ .Labels.reason }}}} {{{{ .Value | humanize }}}}/s; {{{{ end }}}}')
+    alerts = [
+        Alert("TritonServerDown",
+              f'up{{job="{JOB}"}} == 0\nor\ninferwatch_triton_up == 0\nor\ninferwatch_triton_server_live == 0'
+              + (f'\nor\nabsent(up{{job="{JOB}"}})' if spec.targets.triton else ""),
+              l2.exporter_down_for, "critical",
+              "Triton {{ with $labels.triton }}{{ . }}{{ else }}(every target of job triton){{ end }}"
+              "{{ with $labels.node }} on node {{ . }}{{ end }} does not answer "
+              "(metrics endpoint down or liveness failing): every model it serves is unavailable."),
+        Alert("TritonServerNotReady", "inferwatch_triton_server_ready == 0", l2.for_, "critical",
+              "Triton {{ $labels.triton }} on node {{ $labels.node }} is live but not ready (strict readiness: "
+              "a model failed to load or is loading); load balancers stop sending it traffic."),
+        Alert("TritonModelNotReady", "inferwatch_triton_model_ready == 0", l2.for_, "critical",
+              f"Model {MODEL} is not READY"
+              f'{{{{ with printf "inferwatch_triton_model_state{{triton=%q,model=%q,version=%q}} == 1" '
+              f"$labels.triton $labels.model $labels.version | query }}}}"
+              f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}: its requests fail."),
+        Alert("TritonModelErrorRatioHigh",
+              with_min_rate(over_threshold_by_model(ERROR_RATIO, l2.error_ratio, _overrides(spec, "error_ratio")),
+                            REQUESTS, l2.min_request_rate, MODEL_VERSION),
+              l2.for_, "critical",
+              f"Model {MODEL} fails {{{{ $value | humanizePercentage }}}} of its requests over {window} "
+              f"(failures by reason: {reasons})."),
+        Alert("TritonQueueTimeP95High",
+              with_min_rate(over_threshold_by_model(QUEUE_P95, l2.queue_p95_seconds,
+                                                    _overrides(spec, "queue_p95_seconds")),
+                            REQUESTS, l2.min_request_rate, MODEL_VERSION),
+              l2.for_, "warning",
+              f"Requests to {MODEL} wait {{{{ $value | humanizeDuration }}}} in the queue at P95 "
+              f"(the average where Triton runs without summary_latencies)."),
+        Alert("TritonRequestsRejected", f'{FAILURE}{{reason="REJECTED"}} > 0', l2.for_, "warning",
+              f"Triton rejects {{{{ $value | humanize }}}} requests/s for {MODEL}: the scheduler's queue is "
+              f"full or requests time out in it."),
+        Alert("TritonPendingRequestsHigh",
+              over_threshold_by_model(lambda m: f"sum by ({MV}) (nv_inference_pending_request_count{m})",
+                                      l2.pending_requests, _overrides(spec, "pending_requests")),
+              l2.for_, "warning",
+              f"{{{{ $value }}}} requests are pending for {MODEL}: instances cannot keep up."),
+        Alert("TritonBatchingIneffective",
+              with_min_rate(
+                  f"{BATCH_AVG}\n< on (triton, model) group_left ()\n"
+                  f"{num(l2.batching_efficiency_ratio)} * max by (triton, model) "
+                  f"(inferwatch_triton_model_preferred_batch_size_max > 1)\n"
+                  f"and on ({MV})\n{QUEUE_AVG} > {num(l2.batching_min_queue_seconds)}",
+                  REQUESTS, l2.min_request_rate, MODEL_VERSION),
+              l2.for_, "warning",
+              f"{MODEL} executes batches of {{{{ $value | printf \"%.1f\" }}}} on average, under "
+              f"{l2.batching_efficiency_ratio:.0%} of its largest preferred_batch_size, while requests queue "
+              f"more than {num(l2.batching_min_queue_seconds)} s: a preferred size small requests never fill "
+              f"makes the batcher wait for max_queue_delay."),
+        Alert("TritonCanaryRegression",
+              _canary(l2, ERROR_RATIO, relative=l2.canary_regression_ratio,
+                      absolute=l2.canary_min_error_ratio_delta),
+              l2.for_, "warning",
+              f"Canary {MODEL} fails {{{{ $value | humanizePercentage }}}} of its requests, more than "
+              f"{l2.canary_regression_ratio:.0%} worse than the version serving most traffic: roll it back.",
+              labels={"signal": "error_ratio"}),
+        Alert("TritonCanaryRegression",
+              _canary(l2, REQUEST_AVG, relative=l2.canary_regression_ratio, absolute=0),
+              l2.for_, "warning",
+              f"Canary {MODEL} takes {{{{ $value | humanizeDuration }}}} per request on average, more than "
+              f"{l2.canary_regression_ratio:.0%} slower than the version serving most traffic: roll it back.",
+              labels={"signal": "latency"}),
+        exporter_down("TritonCollectorDown", COLLECTOR_JOB, for_=l2.exporter_down_for, severity="warning",
+                      what="the inferwatch Triton collector", has_targets=bool(spec.targets.triton_collectors)),
+    ]
+    return [Group("inferwatch-triton.rules", recording_rules(window)), Group("inferwatch-triton.alerts", alerts)]
