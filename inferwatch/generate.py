@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 # "module:function" entries; each returns {relative path: text}. Order only matters for the log.
 GENERATORS: list[str] = [
     "inferwatch.rules.generate:outputs",  # rules/generated/*.yml, PrometheusRule, deploy/prometheus/prometheus.yml
+    "inferwatch.notifier.alertmanager_config:outputs",  # deploy/alertmanager/alertmanager.yml
 ]
 
 

@@ -264,8 +264,13 @@ class Channel:
     url: Secret | None = field(None, doc="webhook or API URL (Slack/WeCom webhook, voice endpoint)")
     routing_key: Secret | None = field(None, doc="PagerDuty integration key")
     mentions: list[str] = field([], doc="WeCom @mentions (user ids or mobile numbers)")
-    template: str = field("", doc="message template overriding the channel default")
+    template: str = field("", doc="message template overriding the channel default "
+                                  "(string.Template: per-alert line for chat, request body for voice)")
     headers: dict[str, Secret] = field({})
+    timeout: Duration = field(_d("10s"), doc="per-request timeout; a slow provider counts as a retryable failure")
+    rate_limit: int = field(0, doc="max messages per rate_window to this destination; 0 = the provider's limit "
+                                   "(WeCom robot 20/min, Slack ~1/s, PagerDuty ~120/min, voice 10/min)")
+    rate_window: Duration = field(_d("1m"), doc="window rate_limit counts over")
 
     def _validate(self, path: str) -> None:
         kinds = ("pagerduty", "voice", "slack", "wecom")
@@ -286,9 +291,34 @@ class Route:
 
     receivers: list[str]
     match: dict[str, str] = field({})
+    match_re: dict[str, str] = field({}, doc="label → regular expression the whole value must match")
     continue_: bool = field(False, key="continue")
     escalate_after: Duration | None = field(None, doc="still firing after this → also to escalate_to")
     escalate_to: list[str] = field([])
+    enrich: str = field("", doc="'module:function' called with the notification; its text (e.g. the top "
+                                "triage finding) is added to the message when it returns within enrich_timeout")
+    enrich_timeout: Duration = field(_d("2s"), doc="never delays delivery longer than this")
+
+    def _validate(self, path: str) -> None:
+        import re
+
+        for label, pattern in self.match_re.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise SpecError(f"{path}.match_re.{label}", f"expected a regular expression, got {pattern!r} ({exc})")
+        if self.enrich and ":" not in self.enrich:
+            raise SpecError(f"{path}.enrich", f"expected 'module:function', got {self.enrich!r}")
+
+
+@dataclasses.dataclass
+class LayerGrouping:
+    """Alertmanager `group_by`/`group_wait`/`group_interval`/`repeat_interval` for one layer's route."""
+
+    group_by: list[str] = field(["alertname"])
+    group_wait: Duration = field(_d("30s"), doc="wait before the first message of a new group")
+    group_interval: Duration = field(_d("5m"), doc="minimum time between messages for a changed group")
+    repeat_interval: Duration = field(_d("4h"), doc="re-send an unchanged firing group; keep above dedup_window")
 
 
 @dataclasses.dataclass
@@ -298,6 +328,29 @@ class NotifierSettings:
     basic_auth_password: Secret | None = None
     max_body_bytes: int = field(1024 * 1024)
     max_delivery_age: Duration = field(_d("6h"), doc="retry transient failures this long, then dead-letter")
+    data_dir: str = field(".inferwatch-notifier", doc="where the SQLite outbox lives (--data-dir overrides)")
+    retry_initial: Duration = field(_d("5s"), doc="first retry delay; doubles per attempt, with jitter")
+    retry_max: Duration = field(_d("5m"), doc="longest delay between two attempts")
+    dedup_window: Duration = field(_d("30m"), doc="a webhook identical to one received this recently is a "
+                                                  "redelivery (AM retry, HA peer); keep below repeat_interval")
+    # Alertmanager config generated from the spec (deploy/alertmanager/alertmanager.yml) ---------------
+    token_file: str = field("/etc/alertmanager/secrets/notifier-token",
+                            doc="file Alertmanager reads the bearer token from (same value as bearer_token)")
+    fallback_routing_key_file: str = field("/etc/alertmanager/secrets/pagerduty-fallback-key",
+                                           doc="PagerDuty key file for notifier self-alerts (bypass the notifier)")
+    fallback_pagerduty_url: str = field("https://events.pagerduty.com/v2/enqueue",
+                                        doc="Events API v2 URL of the fallback receiver")
+    grouping: dict[str, "LayerGrouping"] = field(
+        {"L1": LayerGrouping(["alertname", "node", "gpu"], _d("10s"), _d("1m"), _d("1h")),
+         "L2": LayerGrouping(["alertname", "node", "triton", "model"], _d("30s"), _d("5m"), _d("4h")),
+         "L3": LayerGrouping(["alertname", "tenant", "model", "tier"], _d("30s"), _d("5m"), _d("4h"))},
+        doc="Alertmanager grouping per layer: L1 pages fast and per GPU, L2/L3 batch a storm into few messages")
+
+    def _validate(self, path: str) -> None:
+        if self.basic_auth_user and self.basic_auth_password is None:
+            raise SpecError(f"{path}.basic_auth_password", "required when basic_auth_user is set")
+        if self.max_body_bytes < 1024:
+            raise SpecError(f"{path}.max_body_bytes", f"expected at least 1024, got {self.max_body_bytes}")
 
 
 # -------------------------------------------------------------------------------------------- the spec

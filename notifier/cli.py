@@ -1,0 +1,119 @@
+"""`inferwatch notifier`: run the notifier, test routes, inspect and replay the outbox.
+
+  inferwatch notifier [--spec FILE] [--host H] [--port 9410] [--data-dir DIR]
+  inferwatch notifier routes test key=value ...     receivers an alert with these labels reaches
+  inferwatch notifier outbox list [--all]           pending and dead-lettered deliveries
+  inferwatch notifier outbox retry ID               put a dead-lettered delivery back in the queue
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from pathlib import Path
+
+from inferwatch.cli import UsageError, add_service_args, add_spec_arg
+from inferwatch.spec import load_spec
+
+DEFAULT_PORT = 9410
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("notifier", help="receive Alertmanager webhooks; route by layer to phone, Slack, WeCom",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_spec_arg(p)
+    add_service_args(p, DEFAULT_PORT)
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="directory of the SQLite outbox (default: notifier.data_dir from the spec)")
+    p.set_defaults(func=run, notifier_command=None)
+    nsub = p.add_subparsers(dest="notifier_command", metavar="{routes,outbox}")
+
+    routes = nsub.add_parser("routes", help="routing tools")
+    rsub = routes.add_subparsers(dest="routes_command", metavar="test", required=True)
+    test = rsub.add_parser("test", help="print the channels an alert with these labels reaches "
+                                        "(like `amtool config routes test`)")
+    test.add_argument("labels", nargs="+", metavar="key=value", help="alert labels, e.g. layer=L2 severity=critical")
+    test.add_argument("--verify", default=None, metavar="A,B",
+                      help="exit 1 unless the receivers are exactly this comma-separated list")
+    _sub_spec_args(test, data_dir=False)
+
+    outbox = nsub.add_parser("outbox", help="show or replay deliveries in the outbox")
+    osub = outbox.add_subparsers(dest="outbox_command", metavar="{list,retry}", required=True)
+    lst = osub.add_parser("list", help="pending and dead-lettered deliveries, newest first")
+    lst.add_argument("--all", action="store_true", help="also delivered, superseded and cancelled ones")
+    lst.add_argument("--limit", type=int, default=100, help="at most this many rows (default 100)")
+    retry = osub.add_parser("retry", help="put a delivery (e.g. a dead letter) back in the queue")
+    retry.add_argument("id", type=int, help="delivery id as `outbox list` prints it")
+    for q in (lst, retry):
+        _sub_spec_args(q)
+
+
+def _sub_spec_args(parser: argparse.ArgumentParser, data_dir: bool = True) -> None:
+    # SUPPRESS: a subcommand's unset flag must not overwrite the same flag given before the subcommand.
+    parser.add_argument("--spec", default=argparse.SUPPRESS, metavar="FILE",
+                        help="spec file (default ./inferwatch.yaml if present, else built-in defaults)")
+    if data_dir:
+        parser.add_argument("--data-dir", default=argparse.SUPPRESS, metavar="DIR",
+                            help="outbox directory (default: notifier.data_dir from the spec)")
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    if args.notifier_command == "routes":
+        return _routes_test(spec, args)
+    if args.notifier_command == "outbox":
+        return _outbox(spec, args)
+    from inferwatch.notifier.service import NotifierService
+
+    NotifierService(spec, args.data_dir, args.host, args.port).serve_forever()
+    return 0
+
+
+def _routes_test(spec, args) -> int:
+    from inferwatch.notifier.routing import Router, parse_label_args
+
+    try:
+        labels = parse_label_args(args.labels)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    router = Router(spec)
+    receivers = router.receivers(labels)
+    print(",".join(receivers) if receivers else "(no receiver: the alert would not be sent)")
+    for m in router.match(labels):
+        if m.escalate_after_s is not None:
+            print(f"  escalates to {','.join(m.escalate_to)} after {m.escalate_after_s:.0f}s still firing")
+    if args.verify is not None:
+        expected = [r for r in args.verify.split(",") if r]
+        if expected != receivers:
+            print(f"WARNING: expected receivers {expected}, got {receivers}")
+            return 1
+    return 0
+
+
+def _outbox(spec, args) -> int:
+    from inferwatch.notifier.outbox import Outbox
+    from inferwatch.notifier.service import OUTBOX_FILE
+
+    path = Path(args.data_dir or spec.notifier.data_dir) / OUTBOX_FILE
+    if not path.exists():
+        raise UsageError(f"no outbox at {path} (pass --data-dir)")
+    outbox = Outbox(path, dedup_window_s=spec.notifier.dedup_window.seconds)
+    if args.outbox_command == "retry":
+        try:
+            d = outbox.retry(args.id)
+        except KeyError:
+            raise UsageError(f"no delivery with id {args.id} in {path}") from None
+        print(f"delivery {d.id} to {d.channel} is pending again; a running notifier sends it within a second")
+        return 0
+    states = ("pending", "dead", "delivered", "superseded", "cancelled") if args.all else ("pending", "dead")
+    rows = outbox.list(states, args.limit)
+    print(f"{'ID':>6}  {'STATE':<10} {'CHANNEL':<18} {'KIND':<10} {'STATUS':<8} {'ALERTS':>6} {'TRIES':>5}  "
+          f"{'CREATED (UTC)':<19}  GROUP / LAST ERROR")
+    for d in rows:
+        created = dt.datetime.fromtimestamp(d.created_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        err = f"  [{d.last_reason}] {d.last_error}" if d.last_reason else ""
+        print(f"{d.id:>6}  {d.state:<10} {d.channel:<18} {d.kind:<10} {d.status:<8} {d.alerts:>6} {d.attempts:>5}  "
+              f"{created}  {d.group_key}{err}")
+    counts = outbox.counts()
+    print("totals: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 0

@@ -1,0 +1,59 @@
+"""The notifier's own metrics (names fixed in CONVENTIONS.md), all series created at zero at start-up.
+
+Outbox depth and oldest pending age are read from the outbox at scrape time, so they are true even
+right after a restart.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from inferwatch.notifier.channels.base import REASONS
+
+OUTCOMES = ("delivered", "retried", "dead_lettered", "superseded", "cancelled")
+# Seconds; a healthy provider answers in 0.1-1 s, a hung one hits the channel timeout (default 10 s).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class NotifierMetrics:
+    def __init__(self, channels: list[str], outbox=None):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.notifications = Counter("inferwatch_notifier_notifications_total",
+                                     "Deliveries finished or retried, by channel and outcome.",
+                                     ["channel", "outcome"], registry=self.registry)
+        self.latency = Histogram("inferwatch_notifier_delivery_duration_seconds",
+                                 "Time one send to a provider took (request and answer).",
+                                 ["channel"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.dead_letters = Counter("inferwatch_notifier_dead_letters_total",
+                                    "Deliveries given up, by channel and reason.",
+                                    ["channel", "reason"], registry=self.registry)
+        for ch in channels:
+            self.latency.labels(ch)
+            for outcome in OUTCOMES:
+                self.notifications.labels(ch, outcome)
+            for reason in REASONS:
+                self.dead_letters.labels(ch, reason)
+        if outbox is not None:
+            self.registry.register(_OutboxCollector(outbox))
+
+
+class _OutboxCollector:
+    def __init__(self, outbox):
+        self.outbox = outbox
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        depth = GaugeMetricFamily("inferwatch_notifier_outbox_depth", "Deliveries waiting in the outbox.")
+        age = GaugeMetricFamily("inferwatch_notifier_oldest_pending_age_seconds",
+                                "Age of the oldest due delivery still waiting (0 when none).")
+        try:
+            n, oldest = self.outbox.pending_stats()
+        except Exception:  # a locked or broken outbox must not fail the scrape; the intake reports it
+            return
+        depth.add_metric([], n)
+        age.add_metric([], oldest)
+        yield depth
+        yield age

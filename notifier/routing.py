@@ -1,0 +1,79 @@
+"""Routing by labels: which channels a group of alerts goes to.
+
+Semantics follow Alertmanager's routing tree, flattened to one ordered list (research/alerting.md §4.2):
+routes are tried in order, the first match stops the walk unless it says `continue: true`. A group is
+matched on its common labels (the labels all its alerts share). With no routes in the spec, the default is
+by layer: L1 → the phone channel (PagerDuty, else voice), L2 → Slack, L3 → WeCom.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from inferwatch.spec import Route, Spec
+
+DEFAULT_LAYER_CHANNELS = {"L1": ("pagerduty", "voice"), "L2": ("slack",), "L3": ("wecom",)}
+
+
+@dataclasses.dataclass(frozen=True)
+class RouteMatch:
+    index: int
+    receivers: tuple[str, ...]
+    escalate_after_s: float | None
+    escalate_to: tuple[str, ...]
+    enrich: str
+    enrich_timeout_s: float
+
+
+class Router:
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        self.routes: list[Route] = list(spec.routes) or default_routes(spec)
+        self._patterns = [{k: re.compile(v) for k, v in r.match_re.items()} for r in self.routes]
+
+    def match(self, labels: dict[str, str]) -> list[RouteMatch]:
+        """The routes `labels` take, in order (several when routes say `continue: true`)."""
+        out = []
+        for i, route in enumerate(self.routes):
+            if all(labels.get(k, "") == v for k, v in route.match.items()) and all(
+                    p.fullmatch(labels.get(k, "")) for k, p in self._patterns[i].items()):
+                out.append(RouteMatch(
+                    i, tuple(route.receivers),
+                    route.escalate_after.seconds if route.escalate_after else None,
+                    tuple(route.escalate_to), route.enrich, route.enrich_timeout.seconds))
+                if not route.continue_:
+                    break
+        return out
+
+    def receivers(self, labels: dict[str, str]) -> list[str]:
+        """Channel names `labels` reach, first-reached first, each once."""
+        seen: list[str] = []
+        for m in self.match(labels):
+            for name in m.receivers:
+                if name not in seen:
+                    seen.append(name)
+        return seen
+
+
+def default_routes(spec: Spec) -> list[Route]:
+    """Layer routes built from the first declared channel of each layer's type."""
+    routes = []
+    for layer, kinds in DEFAULT_LAYER_CHANNELS.items():
+        for kind in kinds:
+            names = [n for n, c in spec.channels.items() if c.type == kind]
+            if names:
+                routes.append(Route(receivers=[names[0]], match={"layer": layer}))
+                break
+    return routes
+
+
+def parse_label_args(pairs: list[str]) -> dict[str, str]:
+    """`["layer=L2", "severity=critical"]` → dict; ValueError naming the bad argument."""
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected key=value, got {pair!r}")
+        labels[key.strip()] = value.strip().strip('"')
+    return labels
