@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import sys
 import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferwatch.exporters.triton.collector import TritonCollector
 from inferwatch.exporters.triton.reader import TargetConfig
-from inferwatch.stack.process import free_port
+from inferwatch.stack.process import ManagedProcess, free_port, http_ok
 from inferwatch.stack.triton import EXAMPLE_MODEL_REPOSITORY
 from inferwatch.traffic import infer_classifier
 
@@ -215,3 +216,28 @@ def test_dead_triton_gives_up_zero_and_a_log_line(caplog):
     assert value(s, "inferwatch_triton_poll_errors_total", triton="gone", endpoint="live", cause="connection") == 2
     assert [k for k in s if k[0].startswith("inferwatch_triton_model")] == []
     assert len([r for r in caplog.records if "gone" in r.getMessage() and "unreachable" in r.getMessage()]) == 1
+
+
+def test_one_slow_and_one_failing_model_never_blank_the_others(tmp_path):
+    """Fault injection the real Triton cannot do on demand: the replay server built from captured Triton
+    answers (benchmarks/triton_replay.py) makes model_0003's config call hang and model_0007's answer 500."""
+    port = free_port()
+    replay = ManagedProcess(
+        "triton-replay", [sys.executable, str(Path(__file__).parents[1] / "benchmarks" / "triton_replay.py"),
+                          "--models", "10", "--port", str(port), "--slow", "model_0003", "--failing", "model_0007"],
+        tmp_path / "replay.log", ready=lambda: http_ok(f"http://127.0.0.1:{port}/v2/health/live"))
+    replay.start(timeout=60)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with collector_for(TargetConfig("r", base, base + "/metrics"), timeout=1.0) as c:
+            c.poll_once(timeout=30)
+            s = samples(c)
+    finally:
+        replay.stop()
+    with_config = {dict(k[1])["model"] for k in s if k[0] == "inferwatch_triton_model_max_batch_size"}
+    assert with_config == {f"model_{i:04d}" for i in range(10)} - {"model_0003", "model_0007"}
+    ready = {dict(k[1])["model"] for k, v in s.items() if k[0] == "inferwatch_triton_model_ready" and v == 1}
+    assert len(ready) == 10  # state comes from the index, untouched by the config failures
+    assert value(s, "inferwatch_triton_poll_errors_total", triton="r", endpoint="config", cause="timeout") == 1
+    assert value(s, "inferwatch_triton_poll_errors_total", triton="r", endpoint="config", cause="http_error") == 1
+    assert len([k for k in s if k[0] == "inferwatch_triton_model_batch_executions_total"]) > 10
