@@ -135,8 +135,8 @@ class TritonReader:
             if not isinstance(index, _Failed):
                 snap.models = index
                 names = sorted({m.name for m in index if m.state == "READY"})
-                configs = await asyncio.gather(*(self._call("config", _bind(self._config, n), errors, what=f"model {n}")
-                                                 for n in names))
+                configs = await asyncio.gather(*(
+                    self._call("config", _bind(self._config, n), errors, what=f"model {n}") for n in names))
                 snap.configs = {n: cfg for n, cfg in zip(names, configs) if not isinstance(cfg, _Failed)}
             if not isinstance(stats, _Failed):
                 known = None if snap.models is None else {(m.name, m.version) for m in snap.models}
