@@ -11,6 +11,7 @@ import importlib
 import logging
 import sys
 
+from inferwatch.errors import UsageError
 from inferwatch.specload import SpecError
 from inferwatch.stack.process import StackError
 
@@ -26,11 +27,8 @@ COMMANDS = [
 EXPORTERS: list[str] = [
     "inferwatch.exporters.triton.cli",
     "inferwatch.exporters.gateway.cli",
+    "inferwatch.exporters.gpu.cli",
 ]
-
-
-class UsageError(Exception):
-    """Bad command-line input or configuration discovered while starting; exit 2 with the message."""
 
 
 def build_parser() -> argparse.ArgumentParser:
