@@ -1,0 +1,290 @@
+"""The GPU simulator's scenario: N GPUs of a named model, values over time, and faults.
+
+A scenario file is YAML; every key is optional (no file = one steady, healthy GPU):
+
+    gpus: 2                              # how many GPUs NVML reports
+    model: NVIDIA H100 80GB HBM3         # nvmlDeviceGetName
+    driver_version: "550.54.15"
+    values: {temperature_c: 45}          # steady values for every GPU (over HEALTHY_VALUES)
+    mig:                                 # GPU index -> MIG instances (turns MIG mode on for that GPU)
+      1: [{profile: 3g.40gb, gi_id: 2, memory_total_mib: 40192, memory_used_mib: 1024}]
+    timeline:                            # changes; `at` = seconds since the simulator started
+      - {at: 60s, gpu: 0, ramp: {temperature_c: 92}, over: 30s}   # linear from the value at `at`
+      - {at: 90s, set: {clocks_event_reasons: [sw_thermal_slowdown]}}   # no `gpu` = every GPU
+      - {at: 2m, gpu: 1, not_supported: [memory_temperature]}   # those calls raise NVMLError_NotSupported
+      - {at: 2m, gpu: 1, no_permission: [total_ecc_errors]}     # ... NVMLError_NoPermission
+      - {at: 3m, gpu: 1, xid: 79}                               # one XID critical-error event
+      - {at: 3m, gpu: 1, lost: true}                            # every call raises NVMLError_GpuIsLost
+      - {at: 4m, library_lost: driver_not_loaded, for: 20s}     # all calls fail, then need re-init
+
+`for:` bounds any fault or `set` (omitted = until the end). Changes posted at run time (`/sim/events`)
+use the same entries, with `at` counted from the moment they arrive. Errors raise SpecError naming the
+file and the entry path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferwatch.exporters.gpu.nvml import CLOCKS_EVENT_REASONS
+from inferwatch.specload import Duration, SpecError
+
+# A steady, healthy H100-class GPU under moderate load (units in the names).
+HEALTHY_VALUES: dict[str, float] = {
+    "temperature_c": 42,
+    "memory_temperature_c": 48,
+    "power_w": 180.0,
+    "utilization_gpu_pct": 35,
+    "utilization_memory_pct": 20,
+    "memory_total_mib": 81559,
+    "memory_used_mib": 20480,
+    "memory_reserved_mib": 531,
+    "sm_clock_mhz": 1755,
+    "mem_clock_mhz": 2619,
+    "pcie_replay": 0,
+    "ecc_sbe_volatile": 0,
+    "ecc_dbe_volatile": 0,
+    "ecc_sbe_aggregate": 0,
+    "ecc_dbe_aggregate": 0,
+    "remapped_rows_correctable": 0,
+    "remapped_rows_uncorrectable": 0,
+    "row_remap_pending": 0,
+    "row_remap_failure": 0,
+}
+REASON_BITS = dict(CLOCKS_EVENT_REASONS)
+# Interface calls a scenario may make unsupported / not permitted (method names of nvml.Nvml).
+FAULTABLE_CALLS = frozenset({
+    "temperature", "memory_temperature", "power_usage", "total_energy", "utilization", "memory_info",
+    "clock", "clocks_event_reasons", "pcie_replay_counter", "total_ecc_errors", "remapped_rows",
+    "mig_enabled", "register_xid_events",
+})
+LIBRARY_ERRORS = ("driver_not_loaded", "lib_rm_version_mismatch", "uninitialized", "library_not_found")
+_ENTRY_KEYS = {"at", "gpu", "set", "ramp", "over", "for", "not_supported", "no_permission", "lost", "xid",
+               "library_lost"}
+
+
+@dataclasses.dataclass(frozen=True)
+class MigInstance:
+    """One MIG GPU instance: profile name as DCGM reports it (e.g. "1g.10gb"), NVML GPU-instance id, MiB."""
+
+    profile: str
+    gi_id: int
+    memory_total_mib: float
+    memory_used_mib: float = 0.0
+    memory_reserved_mib: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One timeline entry, `at`/`until` in simulator seconds; `gpus` None = every GPU."""
+
+    at: float
+    gpus: tuple[int, ...] | None = None
+    set: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ramp: dict[str, float] = dataclasses.field(default_factory=dict)
+    over: float = 0.0
+    until: float = math.inf
+    not_supported: frozenset[str] = frozenset()
+    no_permission: frozenset[str] = frozenset()
+    lost: bool = False
+    xid: int | None = None
+    library_lost: str | None = None
+
+    def applies(self, gpu: int) -> bool:
+        return self.gpus is None or gpu in self.gpus
+
+    def active(self, t: float) -> bool:
+        return self.at <= t < self.until
+
+
+@dataclasses.dataclass
+class Scenario:
+    """A parsed scenario. `timeline` is kept sorted by `at` (stable: file order breaks ties)."""
+
+    gpus: int = 1
+    model: str = "NVIDIA H100 80GB HBM3"
+    driver_version: str = "550.54.15"
+    values: dict[str, float] = dataclasses.field(default_factory=lambda: dict(HEALTHY_VALUES))
+    mig: dict[int, tuple[MigInstance, ...]] = dataclasses.field(default_factory=dict)
+    timeline: list[Change] = dataclasses.field(default_factory=list)
+
+    def add(self, changes: list[Change]) -> None:
+        self.timeline.extend(changes)
+        self.timeline.sort(key=lambda c: c.at)
+
+    def value(self, gpu: int, name: str, t: float) -> Any:
+        """The value of `name` for `gpu` at simulator time `t` (seconds); ramps interpolate linearly."""
+        return self._value(gpu, name, t, len(self.timeline))
+
+    def _value(self, gpu: int, name: str, t: float, upto: int) -> Any:
+        value = self.values.get(name, 0 if name != "clocks_event_reasons" else ())
+        for index, change in enumerate(self.timeline[:upto]):
+            if change.at > t:
+                break
+            if not change.applies(gpu):
+                continue
+            if name in change.set and t < change.until:
+                value = change.set[name]
+            elif name in change.ramp:
+                start = self._value(gpu, name, change.at, index)
+                target = change.ramp[name]
+                done = 1.0 if change.over <= 0 else min(1.0, (t - change.at) / change.over)
+                value = start + (target - start) * done
+        return value
+
+    def faults(self, gpu: int, t: float, kind: str) -> frozenset[str]:
+        """Calls made `not_supported` or `no_permission` (kind) for `gpu` at time `t`."""
+        out: set[str] = set()
+        for change in self.timeline:
+            if change.applies(gpu) and change.active(t):
+                out |= getattr(change, kind)
+        return frozenset(out)
+
+    def lost(self, gpu: int, t: float) -> bool:
+        return any(c.lost and c.applies(gpu) and c.active(t) for c in self.timeline)
+
+    def library_lost(self, t: float) -> str | None:
+        """The library error in force at `t` (one of LIBRARY_ERRORS) or None."""
+        for change in self.timeline:
+            if change.library_lost and change.active(t):
+                return change.library_lost
+        return None
+
+
+# ------------------------------------------------------------------------------------------ parsing
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file. Raises SpecError (file, entry path, what was expected)."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise SpecError("", f"cannot read scenario: {exc.strerror}", str(path)) from None
+    except yaml.YAMLError as exc:
+        raise SpecError("", f"not valid YAML: {exc}", str(path)) from None
+    try:
+        return parse_scenario(raw)
+    except SpecError as exc:
+        raise exc.with_file(str(path)) from None
+
+
+def parse_scenario(raw: Any) -> Scenario:
+    """Build a Scenario from already-parsed YAML data (see the module docstring for the shape)."""
+    if not isinstance(raw, dict):
+        raise SpecError("", f"expected a mapping at the top, got {type(raw).__name__}")
+    unknown = set(raw) - {"gpus", "model", "driver_version", "values", "mig", "timeline"}
+    if unknown:
+        raise SpecError(sorted(unknown)[0], "unknown key (expected gpus, model, driver_version, values, mig, timeline)")
+    gpus = raw.get("gpus", 1)
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= 1024:
+        raise SpecError("gpus", f"expected a whole number 0..1024, got {gpus!r}")
+    scenario = Scenario(gpus=gpus, model=str(raw.get("model", Scenario.model)),
+                        driver_version=str(raw.get("driver_version", Scenario.driver_version)))
+    scenario.values.update(_values(raw.get("values") or {}, "values", rampable=False))
+    for key, instances in (raw.get("mig") or {}).items():
+        gpu = _gpu_index(key, f"mig.{key}", gpus)
+        scenario.mig[gpu] = tuple(_mig(item, f"mig.{key}[{i}]") for i, item in enumerate(instances or []))
+    scenario.add(parse_changes(raw.get("timeline") or [], 0.0, gpus, "timeline"))
+    return scenario
+
+
+def parse_changes(entries: Any, offset: float, gpus: int, path: str = "events") -> list[Change]:
+    """Timeline entries -> Changes, `at` shifted by `offset` seconds. Raises SpecError on the first bad entry."""
+    if not isinstance(entries, list):
+        raise SpecError(path, f"expected a list of entries, got {type(entries).__name__}")
+    return [_change(entry, offset, gpus, f"{path}[{i}]") for i, entry in enumerate(entries)]
+
+
+def _change(entry: Any, offset: float, gpus: int, path: str) -> Change:
+    if not isinstance(entry, dict):
+        raise SpecError(path, f"expected a mapping, got {entry!r}")
+    unknown = set(entry) - _ENTRY_KEYS
+    if unknown:
+        raise SpecError(f"{path}.{sorted(unknown)[0]}", f"unknown key (expected one of {sorted(_ENTRY_KEYS)})")
+    at = offset + Duration.parse(entry.get("at", 0), f"{path}.at").seconds
+    until = math.inf
+    if "for" in entry:
+        until = at + Duration.parse(entry["for"], f"{path}.for").seconds
+    target = entry.get("gpu", "all")
+    if target == "all":
+        selected = None
+    elif isinstance(target, list):
+        selected = tuple(_gpu_index(g, f"{path}.gpu", gpus) for g in target)
+    else:
+        selected = (_gpu_index(target, f"{path}.gpu", gpus),)
+    xid = entry.get("xid")
+    if xid is not None and (not isinstance(xid, int) or isinstance(xid, bool) or xid <= 0):
+        raise SpecError(f"{path}.xid", f"expected a positive XID code, got {xid!r}")
+    library = entry.get("library_lost")
+    if library is True:
+        library = "driver_not_loaded"
+    if library not in (None, False) and library not in LIBRARY_ERRORS:
+        raise SpecError(f"{path}.library_lost", f"expected true or one of {list(LIBRARY_ERRORS)}, got {library!r}")
+    change = Change(
+        at=at, gpus=selected, until=until,
+        set=_values(entry.get("set") or {}, f"{path}.set", rampable=False),
+        ramp=_values(entry.get("ramp") or {}, f"{path}.ramp", rampable=True),
+        over=Duration.parse(entry.get("over", 0), f"{path}.over").seconds,
+        not_supported=_calls(entry.get("not_supported"), f"{path}.not_supported"),
+        no_permission=_calls(entry.get("no_permission"), f"{path}.no_permission"),
+        lost=bool(entry.get("lost", False)), xid=xid, library_lost=library or None,
+    )
+    if not (change.set or change.ramp or change.not_supported or change.no_permission or change.lost
+            or change.xid or change.library_lost):
+        raise SpecError(path, "entry changes nothing: give set, ramp, not_supported, no_permission, lost, xid "
+                              "or library_lost")
+    return change
+
+
+def _values(raw: Any, path: str, rampable: bool) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise SpecError(path, f"expected a mapping of value names, got {raw!r}")
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name == "clocks_event_reasons" and not rampable:
+            reasons = value if isinstance(value, list) else [value]
+            bad = [r for r in reasons if r not in REASON_BITS]
+            if bad:
+                raise SpecError(f"{path}.{name}", f"unknown reason {bad[0]!r} (expected {sorted(REASON_BITS)})")
+            out[name] = tuple(reasons)
+        elif name not in HEALTHY_VALUES:
+            allowed = sorted(HEALTHY_VALUES) + ([] if rampable else ["clocks_event_reasons"])
+            raise SpecError(f"{path}.{name}", f"unknown value name (expected one of {allowed})")
+        elif not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise SpecError(f"{path}.{name}", f"expected a non-negative number, got {value!r}")
+        else:
+            out[name] = value
+    return out
+
+
+def _calls(raw: Any, path: str) -> frozenset[str]:
+    if raw is None:
+        return frozenset()
+    calls = raw if isinstance(raw, list) else [raw]
+    bad = [c for c in calls if c not in FAULTABLE_CALLS]
+    if bad:
+        raise SpecError(path, f"unknown NVML call {bad[0]!r} (expected {sorted(FAULTABLE_CALLS)})")
+    return frozenset(calls)
+
+
+def _gpu_index(raw: Any, path: str, gpus: int) -> int:
+    if not isinstance(raw, int) or isinstance(raw, bool) or not 0 <= raw < gpus:
+        raise SpecError(path, f"expected a GPU index 0..{gpus - 1}, got {raw!r}")
+    return raw
+
+
+def _mig(raw: Any, path: str) -> MigInstance:
+    if not isinstance(raw, dict) or "profile" not in raw or "gi_id" not in raw or "memory_total_mib" not in raw:
+        raise SpecError(path, "expected a mapping with profile, gi_id, memory_total_mib (memory_used_mib, "
+                              "memory_reserved_mib optional)")
+    try:
+        return MigInstance(profile=str(raw["profile"]), gi_id=int(raw["gi_id"]),
+                           memory_total_mib=float(raw["memory_total_mib"]),
+                           memory_used_mib=float(raw.get("memory_used_mib", 0)),
+                           memory_reserved_mib=float(raw.get("memory_reserved_mib", 0)))
+    except (TypeError, ValueError) as exc:
+        raise SpecError(path, f"bad MIG instance: {exc}") from None

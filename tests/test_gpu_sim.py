@@ -1,0 +1,165 @@
+"""The NVML simulator: scenario timeline, and the same pynvml exception classes the real library raises."""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+
+from gpu_support import SCENARIOS, FakeClock
+from inferwatch.exporters.gpu.scenario import Scenario, load_scenario, parse_scenario
+from inferwatch.exporters.gpu.sim import SimNvml
+from inferwatch.specload import SpecError
+
+
+def _sim(raw: dict | None = None) -> tuple[SimNvml, FakeClock]:
+    clock = FakeClock()
+    sim = SimNvml(parse_scenario(raw) if raw is not None else Scenario(), clock=clock)
+    return sim, clock
+
+
+def test_calls_before_init_raise_uninitialized():
+    sim, _ = _sim()
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        sim.device_count()
+    sim.init()
+    assert sim.device_count() == 1
+
+
+def test_example_scenarios_load():
+    for path in sorted(SCENARIOS.glob("*.yaml")):
+        scenario = load_scenario(path)
+        assert scenario.gpus >= 1, path
+    assert load_scenario(SCENARIOS / "faults.yaml").mig[3][1].profile == "1g.10gb"
+
+
+def test_overheat_ramp_crosses_85c_between_60_and_90_seconds():
+    clock = FakeClock()
+    sim = SimNvml(load_scenario(SCENARIOS / "overheat.yaml"), clock=clock)
+    sim.init()
+    gpu0, gpu1 = sim.device_handle(0), sim.device_handle(1)
+    temps = {}
+    for t in (0, 60, 75, 90, 120):
+        clock.t = 1000.0 + t
+        temps[t] = (sim.temperature(gpu0), sim.temperature(gpu1))
+    assert temps[0] == (44, 44) and temps[60] == (44, 44)
+    assert temps[75] == (68, 44)                     # halfway through the ramp
+    assert temps[90] == (92, 44) and temps[120] == (92, 44)
+    assert sim.clocks_event_reasons(gpu0) == 0x20    # sw_thermal_slowdown from t=80 s
+
+
+def test_unsupported_and_not_permitted_fields_raise_the_real_classes():
+    sim, _ = _sim({"gpus": 2, "timeline": [{"gpu": 1, "not_supported": ["memory_temperature"],
+                                            "no_permission": "total_ecc_errors"}]})
+    sim.init()
+    h0, h1 = sim.device_handle(0), sim.device_handle(1)
+    assert sim.memory_temperature(h0) == 48
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        sim.memory_temperature(h1)
+    with pytest.raises(pynvml.NVMLError_NoPermission):
+        sim.total_ecc_errors(h1, uncorrected=True, aggregate=False)
+
+
+def test_lost_gpu_raises_gpu_is_lost_everywhere_including_handle_lookup():
+    sim, clock = _sim({"gpus": 2, "timeline": [{"at": "10s", "gpu": 0, "lost": True}]})
+    sim.init()
+    h0 = sim.device_handle(0)
+    clock.advance(10)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        sim.temperature(h0)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        sim.device_handle(0)
+    assert sim.temperature(sim.device_handle(1)) == 42
+
+
+def test_library_lost_then_back_needs_reinit():
+    sim, clock = _sim({"timeline": [{"at": "5s", "library_lost": "lib_rm_version_mismatch", "for": "10s"}]})
+    sim.init()
+    handle = sim.device_handle(0)
+    clock.advance(5)
+    with pytest.raises(pynvml.NVMLError_LibRmVersionMismatch):
+        sim.temperature(handle)
+    with pytest.raises(pynvml.NVMLError_LibRmVersionMismatch):
+        sim.init()
+    clock.advance(10)
+    with pytest.raises(pynvml.NVMLError_Uninitialized):  # back, but this process's state is stale
+        sim.temperature(handle)
+    sim.shutdown()
+    sim.init()
+    with pytest.raises(pynvml.NVMLError_Uninitialized):  # handles from before the re-init are stale too
+        sim.temperature(handle)
+    assert sim.temperature(sim.device_handle(0)) == 42
+
+
+def test_mig_gpu_has_no_utilization_but_instances_have_memory():
+    sim, _ = _sim({"gpus": 1, "mig": {0: [{"profile": "1g.10gb", "gi_id": 9, "memory_total_mib": 9728,
+                                           "memory_used_mib": 512}]}})
+    sim.init()
+    h = sim.device_handle(0)
+    assert sim.mig_enabled(h)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        sim.utilization(h)
+    (mig,) = sim.mig_handles(h)
+    assert (sim.gpu_instance_id(mig), sim.mig_profile(mig)) == (9, "1g.10gb")
+    assert sim.memory_info(mig).used == 512 * 1024 * 1024
+
+
+def test_xid_events_only_for_registered_gpus_and_never_replayed():
+    sim, clock = _sim({"gpus": 2, "timeline": [{"at": "1s", "gpu": 0, "xid": 48}, {"at": "2s", "gpu": 1, "xid": 13}]})
+    sim.init()
+    es = sim.event_set_create()
+    sim.register_xid_events(sim.device_handle(0), es)
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        sim.wait_xid_event(es, 0)
+    clock.advance(2)
+    event = sim.wait_xid_event(es, 0)
+    assert (event.device_key, event.xid) == (0, 48)
+    with pytest.raises(pynvml.NVMLError_Timeout):   # XID 13 is on GPU 1, which is not registered
+        sim.wait_xid_event(es, 0)
+    clock.advance(1)
+    later = sim.event_set_create()
+    sim.register_xid_events(sim.device_handle(1), later)
+    with pytest.raises(pynvml.NVMLError_Timeout):   # happened before this set existed: no history
+        sim.wait_xid_event(later, 0)
+    sim.add_events([{"gpu": 1, "xid": 79}])
+    assert sim.wait_xid_event(later, 0).xid == 79
+
+
+def test_energy_only_grows():
+    sim, clock = _sim()
+    sim.init()
+    h = sim.device_handle(0)
+    first = sim.total_energy(h)
+    clock.advance(10)
+    assert sim.total_energy(h) == first + 180 * 10 * 1000   # 180 W for 10 s, in mJ
+
+
+@pytest.mark.parametrize("raw, where", [
+    ({"gpus": "two"}, "gpus"),
+    ({"colour": 1}, "colour"),
+    ({"timeline": [{"at": "10s", "set": {"temprature_c": 90}}]}, "timeline[0].set.temprature_c"),
+    ({"gpus": 2, "timeline": [{"gpu": 5, "lost": True}]}, "timeline[0].gpu"),
+    ({"timeline": [{"at": "soon", "lost": True}]}, "timeline[0].at"),
+    ({"timeline": [{"not_supported": ["fan_speed"]}]}, "timeline[0].not_supported"),
+    ({"timeline": [{"library_lost": "gone"}]}, "timeline[0].library_lost"),
+    ({"timeline": [{"at": "1s"}]}, "timeline[0]"),
+    ({"timeline": [{"set": {"clocks_event_reasons": ["too_hot"]}}]}, "timeline[0].set.clocks_event_reasons"),
+])
+def test_bad_scenarios_name_the_entry(raw, where):
+    with pytest.raises(SpecError) as err:
+        parse_scenario(raw)
+    assert err.value.path == where
+
+
+def test_bad_scenario_file_names_the_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("timeline: [{at: 1s, xid: -3}]\n")
+    with pytest.raises(SpecError, match=r"s\.yaml: timeline\[0\]\.xid"):
+        load_scenario(path)
+
+
+def test_runtime_events_are_validated_before_anything_is_added():
+    sim, _ = _sim()
+    before = list(sim.scenario.timeline)
+    with pytest.raises(SpecError):
+        sim.add_events([{"gpu": 0, "xid": 48}, {"gpu": 0, "set": {"nope": 1}}])
+    assert sim.scenario.timeline == before
