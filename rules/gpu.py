@@ -55,7 +55,7 @@ def groups(spec: Spec) -> list[Group]:
         Alert("GpuUncorrectableMemoryError",
               f"DCGM_FI_DEV_ROW_REMAP_FAILURE > 0\nor\nincrease(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[{window}]) > 0",
               l1.event_for, "critical",
-              f"{GPU} has an uncorrectable ECC error or a failed row remap ({{{{ $value }}}}): "
+              f"{GPU} has an uncorrectable ECC error or a failed row remap: "
               f"its memory can no longer be trusted."),
         Alert("GpuThrottling",
               f'inferwatch_gpu_clocks_event_active{{reason=~"{regex_alternation(l1.throttle_reasons)}"}} == 1',

@@ -71,9 +71,9 @@ def _canary(l2, value: str, *, relative: float, absolute: float) -> str:
 def groups(spec: Spec) -> list[Group]:
     l2 = spec.layers.L2
     window = str(spec.prometheus.rate_window)
-    reasons = (f'{{{{ range printf "sort_desc({FAILURE}{{triton=%q,model=%q,version=%q}} > 0)" '
-               f'$labels.triton $labels.model $labels.version | query }}}}'
-               f'{{{{ .Labels.reason }}}} {{{{ .Value | humanize }}}}/s; {{{{ end }}}}')
+    reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{triton=%q,model=%q,version=%q}} > 0)" '
+               f'$labels.triton $labels.model $labels.version | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
+               f'{{{{ $s.Labels.reason }}}} {{{{ $s.Value | printf "%.3g" }}}}/s{{{{ end }}}}')
     alerts = [
         Alert("TritonServerDown",
               f'up{{job="{JOB}"}} == 0\nor\ninferwatch_triton_up == 0\nor\ninferwatch_triton_server_live == 0'
@@ -104,7 +104,7 @@ def groups(spec: Spec) -> list[Group]:
               f"Requests to {MODEL} wait {{{{ $value | humanizeDuration }}}} in the queue at P95 "
               f"(the average where Triton runs without summary_latencies)."),
         Alert("TritonRequestsRejected", f'{FAILURE}{{reason="REJECTED"}} > 0', l2.for_, "warning",
-              f"Triton rejects {{{{ $value | humanize }}}} requests/s for {MODEL}: the scheduler's queue is "
+              f"Triton rejects {{{{ $value | printf \"%.3g\" }}}} requests/s for {MODEL}: the scheduler's queue is "
               f"full or requests time out in it."),
         Alert("TritonPendingRequestsHigh",
               over_threshold_by_model(lambda m: f"sum by ({MV}) (nv_inference_pending_request_count{m})",
