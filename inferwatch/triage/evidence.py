@@ -16,8 +16,9 @@ findings:                      # tried in order; the first that holds is the top
     action: Add instances or replicas; see "Actions".
 ```
 
-Placeholders must sit inside a regex matcher (``label=~"{{ $labels.x }}"``) so that an alert without that
-label widens the query (``.*``) instead of breaking it.
+Placeholders must sit inside a regex matcher (``label=~"{{ $labels.x }}"`` or ``label!~"..."``) so that an
+alert without that label widens the query (``.*``; for ``!~`` the empty string, excluding nothing real)
+instead of breaking it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ __all__ = ["RunbookError", "EvidenceQuery", "Finding", "Runbook", "load_runbook"
 EVIDENCE_BLOCK = re.compile(r"^```yaml[ \t]+evidence[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 PLACEHOLDER = re.compile(r"\{\{\s*\$labels\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # A placeholder must be the whole or part of a =~ matcher's string: label=~"...{{ $labels.x }}..."
-_IN_REGEX_MATCHER = re.compile(r'=~\s*"[^"]*$')
+_IN_REGEX_MATCHER = re.compile(r'[=!]~\s*"[^"]*$')
 UNITS = ("seconds", "ratio", "percent", "count", "per_second", "celsius", "bytes", "mib", "watts")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -114,7 +115,7 @@ def load_runbook(path: Path) -> Runbook:
             raise RunbookError(f"{where}: unit {unit!r} is not one of {', '.join(UNITS)}")
         for m in PLACEHOLDER.finditer(q["expr"]):
             if not _IN_REGEX_MATCHER.search(q["expr"][:m.start()]):
-                raise RunbookError(f"{where}: placeholder {m.group(0)} must sit inside a =~\"...\" matcher")
+                raise RunbookError(f"{where}: placeholder {m.group(0)} must sit inside a =~\"...\" or !~\"...\" matcher")
         queries[name] = EvidenceQuery(name, q["expr"].strip(), unit, str(q.get("help", "")))
     findings: list[Finding] = []
     for i, f in enumerate(data.get("findings") or []):

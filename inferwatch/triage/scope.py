@@ -23,9 +23,15 @@ def regex_literal(value: str) -> str:
     return pattern.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+_IN_NEGATIVE_MATCHER = re.compile(r'!~\s*"[^"]*$')
+
+
 def scoped(expr: str, labels: Mapping[str, str]) -> str:
-    """`expr` with every placeholder replaced by the escaped label value, or `.*` when the label is absent."""
+    """`expr` with every placeholder replaced by the escaped label value. An absent label becomes `.*` in a
+    `=~` matcher (all series) and the empty string in a `!~` matcher (excludes only series without it)."""
     def repl(m: re.Match) -> str:
         value = labels.get(m.group(1))
-        return regex_literal(value) if value else ".*"
+        if value:
+            return regex_literal(value)
+        return "" if _IN_NEGATIVE_MATCHER.search(expr[:m.start()]) else ".*"
     return PLACEHOLDER.sub(repl, expr)
