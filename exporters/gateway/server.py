@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 from typing import TextIO
 
@@ -68,12 +69,16 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int, metrics_h
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed (it cuts the proxy's per-event CPU, see README), else asyncio's default loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
+    """uvloop when installed (it cuts the proxy's per-event CPU, see README), else asyncio's default loop;
+    INFERWATCH_GATEWAY_LOOP=asyncio forces the default (to compare, or to rule uvloop out)."""
+    if os.environ.get("INFERWATCH_GATEWAY_LOOP", "") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def run_forever(proxy: Proxy, host: str, port: int, metrics_port: int) -> None:

@@ -1,0 +1,249 @@
+"""What the gateway proxy adds to a stream, next to nginx (proxy_buffering off) in the same run.
+
+One fast local SSE upstream (Triton generate_stream format with `output_token_count`, in its own process)
+isolates proxy cost. Streams arrive at a steady rate (open loop, not one burst) and each arrival goes, in
+turn, direct / through the gateway (real `inferwatch exporter gateway` process) / through nginx, so all
+three see the same machine conditions. TTFT is measured by the client: request sent → first event read.
+
+Phases: (1) latency — steady arrivals sized for about --streams concurrent streams per path; added TTFT =
+percentile(via) − percentile(direct); throughput ratio = tokens/s delivered through the gateway ÷ direct
+at that load. (2) saturation (--saturate seconds, 0 to skip) — --streams closed-loop streams with no token
+delay, direct then gateway: tokens/s ratio when the upstream runs flat out on the same cores.
+Gateway CPU = its process CPU time (/proc) ÷ events it forwarded. Prints a final JSON line.
+
+    .venv/bin/python benchmarks/gateway_overhead.py [--streams 64] [--duration 20] [--tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from inferwatch.stack.process import ManagedProcess, free_port, http_ok  # noqa: E402
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fcgi;
+  uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+  upstream up {{ server 127.0.0.1:{up}; keepalive 512; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }}
+    location = /nginx-ready {{ return 200 "ok"; }}
+  }}
+}}
+"""
+
+
+# ------------------------------------------------------------------------------------------- upstream
+async def _upstream_handler(request: web.Request) -> web.StreamResponse:
+    knobs = await request.json()
+    n, first, gap = int(knobs["max_tokens"]), knobs["first_token_delay_ms"] / 1000, knobs["token_delay_ms"] / 1000
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+    await resp.prepare(request)
+    await asyncio.sleep(first)
+    for i in range(n):
+        if i and gap:
+            await asyncio.sleep(gap)
+        await resp.write(b'data: {"model_name":"toy_llm","model_version":"1","output_token_count":%d,'
+                         b'"text_output":"tok "}\n\n' % (i + 1))
+    await resp.write_eof()
+    return resp
+
+
+def serve_upstream(port: int) -> None:
+    _use_uvloop()
+    app = web.Application()
+    app.router.add_post("/v2/models/toy_llm/generate_stream", _upstream_handler)
+    app.router.add_get("/ready", lambda _r: web.Response(text="ok"))
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+def _use_uvloop() -> None:
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------- client
+async def one_stream(session, url, body, out):
+    t0 = time.perf_counter()
+    first = None
+    events = 0
+    try:
+        async with session.post(url, data=body, headers={"Content-Type": "application/json",
+                                                         "X-Tenant-ID": "acme"}) as resp:
+            async for chunk in resp.content.iter_any():
+                if first is None:
+                    first = time.perf_counter()
+                events += chunk.count(b"data:")
+            ok = resp.status == 200
+    except aiohttp.ClientError:
+        ok = False
+    end = time.perf_counter()
+    out.append((ok, (first - t0) if first else None, events, t0, end))
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def latency_phase(urls, args):
+    body = json.dumps({"text_input": "x", "max_tokens": args.tokens, "first_token_delay_ms": args.first_ms,
+                       "token_delay_ms": args.gap_ms}).encode()
+    stream_s = (args.first_ms + args.gap_ms * (args.tokens - 1)) / 1000
+    rate = args.streams / stream_s  # arrivals per second per path → about --streams concurrent per path
+    results = {name: [] for name in urls}
+    sessions = {name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) for name in urls}
+    names = list(urls)
+    interval = 1.0 / (rate * len(names))
+    tasks = []
+    start = time.perf_counter()
+    i = 0
+    while time.perf_counter() - start < args.duration:
+        name = names[i % len(names)]
+        tasks.append(asyncio.create_task(one_stream(sessions[name], urls[name], body, results[name])))
+        i += 1
+        delay = start + i * interval - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    await asyncio.gather(*tasks)
+    for s in sessions.values():
+        await s.close()
+    return results, rate
+
+
+async def saturation_phase(url, args):
+    body = json.dumps({"text_input": "x", "max_tokens": 256, "first_token_delay_ms": 0,
+                       "token_delay_ms": 0}).encode()
+    out = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        stop = time.perf_counter() + args.saturate
+
+        async def worker():
+            while time.perf_counter() < stop:
+                await one_stream(session, url, body, out)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(args.streams)))
+        elapsed = time.perf_counter() - t0
+    return sum(r[2] for r in out) / elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--streams", type=int, default=64, help="concurrent streams per path (default 64)")
+    ap.add_argument("--duration", type=float, default=20.0, help="latency phase seconds (default 20)")
+    ap.add_argument("--tokens", type=int, default=32, help="tokens per stream (default 32)")
+    ap.add_argument("--first-ms", type=float, default=20.0, help="upstream first-token delay (default 20)")
+    ap.add_argument("--gap-ms", type=float, default=20.0, help="upstream inter-token delay (default 20)")
+    ap.add_argument("--saturate", type=float, default=5.0, help="saturation phase seconds per path (0: skip)")
+    ap.add_argument("--gateway-loop", choices=("uvloop", "asyncio"), default="uvloop",
+                    help="event loop of the gateway process (default uvloop when installed)")
+    ap.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve_upstream:
+        serve_upstream(args.serve_upstream)
+        return 0
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(nginx).exists():
+        print("nginx not found: apt-get install nginx", file=sys.stderr)
+        return 1
+    work = Path(tempfile.mkdtemp(prefix="gw-bench-"))
+    up_port, gw_port, gw_metrics, ng_port = free_port(), free_port(), free_port(), free_port()
+    for sub in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
+        (work / sub).mkdir()
+    (work / "nginx.conf").write_text(NGINX_CONF.format(d=work, up=up_port, port=ng_port))
+    env = dict(os.environ, INFERWATCH_GATEWAY_LOOP=args.gateway_loop)
+    procs = [
+        ManagedProcess("upstream", [sys.executable, __file__, "--serve-upstream", str(up_port)], work / "up.log",
+                       ready=lambda: http_ok(f"http://127.0.0.1:{up_port}/ready")),
+        ManagedProcess("gateway", [sys.executable, "-m", "inferwatch.cli", "exporter", "gateway", "--upstream",
+                                   f"http://127.0.0.1:{up_port}", "--port", str(gw_port), "--metrics-port",
+                                   str(gw_metrics)], work / "gw.log", env=env, cwd=str(REPO),
+                       ready=lambda: http_ok(f"http://127.0.0.1:{gw_metrics}/metrics")),
+        ManagedProcess("nginx", [nginx, "-p", str(work), "-c", str(work / "nginx.conf"), "-e", str(work / "error.log")],
+                       work / "nginx.log", ready=lambda: http_ok(f"http://127.0.0.1:{ng_port}/nginx-ready")),
+    ]
+    try:
+        for p in procs:
+            p.start(timeout=30)
+        gw_pid = procs[1].proc.pid
+        path = "/v2/models/toy_llm/generate_stream"
+        urls = {"direct": f"http://127.0.0.1:{up_port}{path}", "gateway": f"http://127.0.0.1:{gw_port}{path}",
+                "nginx": f"http://127.0.0.1:{ng_port}{path}"}
+        _use_uvloop()
+        cpu0 = cpu_seconds(gw_pid)
+        results, rate = asyncio.run(latency_phase(urls, args))
+        cpu_latency = cpu_seconds(gw_pid) - cpu0
+        summary = {}
+        for name, rows in results.items():
+            ttfts = [r[1] * 1000 for r in rows if r[0] and r[1] is not None]
+            tokens = sum(r[2] for r in rows)
+            span = max(r[4] for r in rows) - min(r[3] for r in rows)
+            summary[name] = {"streams": len(rows), "failed": sum(1 for r in rows if not r[0]),
+                             "ttft_p50_ms": pct(ttfts, 0.5), "ttft_p99_ms": pct(ttfts, 0.99),
+                             "tokens": tokens, "tokens_per_s": tokens / span}
+            print(f"{name:8s} streams={len(rows)} failed={summary[name]['failed']} "
+                  f"ttft p50={summary[name]['ttft_p50_ms']:.2f} ms p99={summary[name]['ttft_p99_ms']:.2f} ms "
+                  f"tokens/s={summary[name]['tokens_per_s']:.0f}", file=sys.stderr)
+        gw_events = summary["gateway"]["tokens"]
+        figures = {
+            "added_ttft_p50_ms": round(summary["gateway"]["ttft_p50_ms"] - summary["direct"]["ttft_p50_ms"], 3),
+            "added_ttft_p99_ms": round(summary["gateway"]["ttft_p99_ms"] - summary["direct"]["ttft_p99_ms"], 3),
+            "nginx_added_ttft_p50_ms": round(summary["nginx"]["ttft_p50_ms"] - summary["direct"]["ttft_p50_ms"], 3),
+            "nginx_added_ttft_p99_ms": round(summary["nginx"]["ttft_p99_ms"] - summary["direct"]["ttft_p99_ms"], 3),
+            "throughput_ratio": round(summary["gateway"]["tokens_per_s"] / summary["direct"]["tokens_per_s"], 3),
+            "proxy_cpu_ms_per_1k_events": round(cpu_latency * 1000 / max(gw_events, 1) * 1000, 1),
+        }
+        extra = {"arrivals_per_s_per_path": round(rate, 1), "streams_per_path": args.streams,
+                 "gateway_loop": args.gateway_loop, "cpus": os.cpu_count()}
+        if args.saturate > 0:
+            direct = asyncio.run(saturation_phase(urls["direct"], args))
+            via = asyncio.run(saturation_phase(urls["gateway"], args))
+            print(f"saturation tokens/s direct={direct:.0f} gateway={via:.0f}", file=sys.stderr)
+            extra["saturated_throughput_ratio"] = round(via / direct, 3)
+        print(json.dumps({**figures, **extra}))
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
