@@ -1,0 +1,31 @@
+"""`python -m inferwatch.exporters.gpu [flags]`: the GPU exporter alone, same flags as
+`inferwatch exporter gpu`, without importing the other components (for hosts that carry only this one)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from inferwatch.cli import UsageError, setup_logging
+from inferwatch.exporters.gpu import cli
+from inferwatch.specload import SpecError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m inferwatch.exporters.gpu")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="exporter", required=True)
+    cli.register(sub)
+    args = parser.parse_args(["gpu", *(sys.argv[1:] if argv is None else argv)])
+    setup_logging(args.verbose)
+    try:
+        return cli.run(args)
+    except (SpecError, UsageError) as exc:
+        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
