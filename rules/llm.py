@@ -103,9 +103,9 @@ def burn_rate_alerts(spec: Spec) -> list[Alert]:
                         f"{sel(SLO_REQUESTS, pair.short)} > {num(l3.min_request_rate)}")
                 target = (f", TTFT target {num(tier.ttft_slo_seconds)} s" if slo == "ttft" else "")
                 description = (f"Tier {{{{ $labels.tier }}}}: {{{{ $value | humanizePercentage }}}} {what} over "
-                               f"the last {pair.long} and more than {threshold} over the last {pair.short}: "
-                               f"{num(pair.factor)}x the error budget of the {objective:.3%} objective{target} "
-                               f"({pair.name}).")
+                               f"the last {pair.long} and more than {float(threshold) * 100:.4g}% over the last "
+                               f"{pair.short}: {num(pair.factor)}x the error budget of the {objective * 100:.4g}% "
+                               f"objective{target} ({pair.name}).")
                 alerts.append(Alert(alert, expr, pair.for_, pair.severity, description,
                                     labels={"window": pair.name, "slo": slo, "tier": tier_name}))
     return alerts
@@ -130,7 +130,7 @@ def groups(spec: Spec) -> list[Group]:
               f"sum by (model, tier) ({base} offset {offset})\nand on (model, tier)\n"
               f"sum by (model, tier) ({base} offset {offset}) > {num(l3.throughput_min_tokens_per_second)}",
               l3.for_, "warning",
-              f"Model {{{{ $labels.model }}}}, tier {{{{ $labels.tier }}}} produces {{{{ $value | humanize }}}} "
+              f"Model {{{{ $labels.model }}}}, tier {{{{ $labels.tier }}}} produces {{{{ $value | printf \"%.3g\" }}}} "
               f"output tokens/s, under {l3.throughput_collapse_ratio:.0%} of what it produced {offset} earlier."),
         Alert("LlmCancellationRatioHigh", f"{CANCELLED} > {num(l3.cancellation_ratio)}\n{guard}", l3.for_,
               "warning",

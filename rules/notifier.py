@@ -45,9 +45,9 @@ def groups(spec: Spec) -> list[Group]:
         Alert("NotifierDeadLetters",
               f"sum by ({keep}, reason) (increase(inferwatch_notifier_dead_letters_total[{window}])) > 0",
               Duration(0), "critical",
-              f"The notifier on node {{{{ $labels.node }}}} gave up on {{{{ $value | humanize }}}} "
-              f"notification(s) to channel {{{{ $labels.channel }}}} ({{{{ $labels.reason }}}}) in the last "
-              f"{window}: read them from the outbox's dead letters.",
+              f"The notifier on node {{{{ $labels.node }}}} gave up on notifications to channel "
+              f"{{{{ $labels.channel }}}} ({{{{ $labels.reason }}}}) in the last {window}: nobody received them; "
+              f"read them from the outbox's dead letters.",
               labels=dict(LABELS)),
         exporter_down("NotifierDown", JOB, for_=n.down_for, severity="critical", what="the notifier",
                       has_targets=True, labels=LABELS),
