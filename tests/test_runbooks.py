@@ -8,11 +8,9 @@ import re
 import pytest
 import requests
 
-from inferwatch.stack.backfill import create_blocks, write_openmetrics
-from inferwatch.stack.prometheus import start_prometheus, write_config
 from inferwatch.triage.evidence import PLACEHOLDER, default_runbook_dir, load_runbook
 from inferwatch.triage.scope import scoped
-from triage_scenarios import all_series
+from triage_scenarios import start_prepared_prometheus
 
 RUNBOOKS = default_runbook_dir()
 
@@ -72,9 +70,7 @@ def test_page_has_sections_and_a_valid_evidence_block(page):
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     """A real Prometheus with the triage scenarios' data, so queries also evaluate over real series."""
-    work = tmp_path_factory.mktemp("runbook-prom")
-    data = create_blocks(write_openmetrics(all_series(), work / "data.om"), work / "tsdb")
-    server = start_prometheus(work, write_config(work / "prometheus.yml", []), storage_path=data)
+    server = start_prepared_prometheus(tmp_path_factory.mktemp("runbook-prom"))
     yield server
     server.stop()
 

@@ -9,20 +9,14 @@ import json
 import pytest
 
 from inferwatch import cli
-from inferwatch.stack.backfill import create_blocks, write_openmetrics
 from inferwatch.stack.process import free_port
-from inferwatch.stack.prometheus import write_config
-from triage_scenarios import SITUATIONS, TTFT_P95_SECONDS, all_series
+from triage_scenarios import SITUATIONS, TTFT_P95_SECONDS, start_prepared_prometheus
 
 
 @pytest.fixture(scope="module")
 def prepared_prometheus(tmp_path_factory):
     """A real Prometheus whose TSDB holds the last 30 minutes of every situation in SITUATIONS."""
-    from inferwatch.stack.prometheus import start_prometheus
-
-    work = tmp_path_factory.mktemp("triage-prom")
-    data = create_blocks(write_openmetrics(all_series(), work / "scenarios.om"), work / "tsdb")
-    server = start_prometheus(work, write_config(work / "prometheus.yml", []), storage_path=data)
+    server = start_prepared_prometheus(tmp_path_factory.mktemp("triage-prom"))
     yield server
     server.stop()
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from inferwatch.stack.backfill import Series, counter, gauge
+from pathlib import Path
+
+from inferwatch.stack.backfill import Series, counter, create_blocks, gauge, write_openmetrics
+from inferwatch.stack.prometheus import PrometheusServer, start_prometheus, write_config
 
 # TTFT distribution every situation shares at the gateway: cumulative fraction of requests per bucket
 # edge. P95 interpolates to 0.3 + (0.95 - 0.8) / 0.2 * 0.7 = 0.825 s, far above the 300 ms realtime target.
@@ -91,3 +94,10 @@ def all_series(now: float | None = None, minutes: int = 30) -> list[Series]:
     for s in SITUATIONS:
         series += situation_series(s, start, end)
     return series
+
+
+def start_prepared_prometheus(workdir: Path) -> PrometheusServer:
+    """A real Prometheus (no scrape targets) whose TSDB holds the last 30 minutes of every situation,
+    backfilled with `promtool tsdb create-blocks-from openmetrics`."""
+    data = create_blocks(write_openmetrics(all_series(), workdir / "scenarios.om"), workdir / "tsdb")
+    return start_prometheus(workdir, write_config(workdir / "prometheus.yml", []), storage_path=data)

@@ -1,60 +1,103 @@
-"""The notifier's enrichment hook: the top triage finding for one alert, or None, within a deadline.
+"""The notifier's enrichment hook: the top triage finding for an alert, in one line.
 
-`make_enricher(prometheus_url)` returns a callable `enrich(labels) -> str | None` that the notifier may
-call while formatting a message. It never raises and never takes longer than `timeout` seconds: the work
-runs in a daemon thread and is abandoned (its result discarded) when the deadline passes, so a slow or
-dead Prometheus never delays delivery by more than the timeout.
+Two ways in:
+- `top_finding(notification)` is the `module:function` a notifier route names
+  (`enrich: inferwatch.triage.hook:top_finding`); the notifier calls it with its Notification and enforces
+  the route's `enrich_timeout` itself. Prometheus is `$INFERWATCH_PROMETHEUS_URL`, else `targets.prometheus`
+  of the spec at `$INFERWATCH_SPEC` (default ./inferwatch.yaml).
+- `make_enricher(prometheus_url, timeout=...)` returns `enrich(labels) -> str | None` that enforces its own
+  deadline (a daemon thread abandoned when the deadline passes), for callers without one.
+
+Neither raises for Prometheus trouble: no page, no finding, or a slow or dead Prometheus all give no text.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from inferwatch.triage.engine import triage_alert
 from inferwatch.triage.evidence import Runbook, load_runbooks
 from inferwatch.triage.sources import PrometheusSource
 
-__all__ = ["make_enricher", "DEFAULT_TIMEOUT_SECONDS"]
+__all__ = ["top_finding", "top_finding_for", "make_enricher", "DEFAULT_TIMEOUT_SECONDS"]
 
 log = logging.getLogger(__name__)
 
 # Short on purpose: the finding is a courtesy; the page must not wait for it.
 DEFAULT_TIMEOUT_SECONDS = 2.0
+MAX_ALERTS_TRIAGED = 3
+
+
+def top_finding_for(labels: Mapping[str, str], prometheus_url: str, runbooks: Mapping[str, Runbook],
+                    timeout: float = DEFAULT_TIMEOUT_SECONDS) -> str | None:
+    """'likely cause: <cause> [<layer>]: <summary>' for the alert with `labels`, or None. Each HTTP call
+    is bounded by `timeout` and never retried, so a dead Prometheus fails in milliseconds."""
+    name = labels.get("alertname", "")
+    runbook = runbooks.get(name)
+    if runbook is None:
+        return None
+    source = PrometheusSource(prometheus_url, timeout=timeout, retries=0)
+    result = triage_alert(name, labels, runbook, source, runbook_url="")
+    if result.top is None:
+        return None
+    return f"likely cause: {result.top.cause} [{result.top.layer}]: {result.top.summary}"
 
 
 def make_enricher(prometheus_url: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS,
+                  request_timeout: float | None = None,
                   runbook_dir: Path | None = None) -> Callable[[Mapping[str, str]], str | None]:
-    """Build `enrich(labels)`: one line 'likely cause: <cause> [<layer>]: <summary>' or None (no page, no
-    finding, Prometheus slow or down). Runbooks are loaded once here; a broken page set raises RunbookError
-    now, at start-up, not during delivery."""
-    runbooks: dict[str, Runbook] = load_runbooks(runbook_dir)
-
-    def work(labels: Mapping[str, str], out: list) -> None:
-        name = labels.get("alertname", "")
-        runbook = runbooks.get(name)
-        if runbook is None:
-            return
-        # No retries and per-call timeouts inside the deadline: a dead Prometheus fails in milliseconds.
-        source = PrometheusSource(prometheus_url, timeout=timeout, retries=0)
-        result = triage_alert(name, labels, runbook, source, runbook_url="")
-        if result.top:
-            out.append(f"likely cause: {result.top.cause} [{result.top.layer}]: {result.top.summary}")
+    """Build `enrich(labels)` that returns within `timeout` seconds (the work left behind finishes on its
+    own, each HTTP call bounded by `request_timeout`, default `timeout`). Runbooks load once, here: a broken
+    page set raises RunbookError at start-up, not during delivery."""
+    runbooks = load_runbooks(runbook_dir)
+    per_request = request_timeout or timeout
 
     def enrich(labels: Mapping[str, str]) -> str | None:
-        out: list[str] = []
+        out: list[str | None] = []
 
-        def guarded() -> None:
+        def work() -> None:
             try:
-                work(labels, out)
+                out.append(top_finding_for(labels, prometheus_url, runbooks, per_request))
             except Exception:  # noqa: BLE001 — enrichment must never break delivery
                 log.debug("triage enrichment failed for %s", labels.get("alertname"), exc_info=True)
 
-        thread = threading.Thread(target=guarded, name="triage-enrich", daemon=True)
+        thread = threading.Thread(target=work, name="triage-enrich", daemon=True)
         thread.start()
         thread.join(timeout)
         return out[0] if out else None
 
     return enrich
+
+
+_state: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def _configured() -> tuple[str, dict[str, Runbook]]:
+    with _lock:
+        if "runbooks" not in _state:
+            url = os.environ.get("INFERWATCH_PROMETHEUS_URL")
+            if not url:
+                from inferwatch.spec import load_spec
+
+                url = load_spec(os.environ.get("INFERWATCH_SPEC")).targets.prometheus
+            _state["url"], _state["runbooks"] = url, load_runbooks()
+        return _state["url"], _state["runbooks"]
+
+
+def top_finding(notification: Any) -> str:
+    """Notifier hook: the top finding of the first firing alert of `notification` (its `.alerts`, each with
+    `.status` and `.labels`) that has a runbook page and a finding; '' when there is none."""
+    url, runbooks = _configured()
+    candidates = [a for a in getattr(notification, "alerts", [])
+                  if getattr(a, "status", "firing") == "firing" and a.labels.get("alertname") in runbooks]
+    # A storm-coalesced notification may hold thousands of alerts; the first few are enough for one line.
+    for alert in candidates[:MAX_ALERTS_TRIAGED]:
+        text = top_finding_for(alert.labels, url, runbooks)
+        if text:
+            return text
+    return ""

@@ -1,0 +1,92 @@
+"""The notifier's enrichment hook: the top triage finding from a real Prometheus, and nothing (never an
+exception, never a wait past the deadline) when Prometheus is dead or hangs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+from inferwatch.stack.process import free_port
+from inferwatch.triage import hook
+from triage_scenarios import start_prepared_prometheus
+
+
+@pytest.fixture(scope="module")
+def prepared_prometheus(tmp_path_factory):
+    server = start_prepared_prometheus(tmp_path_factory.mktemp("hook-prom"))
+    yield server
+    server.stop()
+
+
+def test_enricher_gives_the_top_finding(prepared_prometheus):
+    enrich = hook.make_enricher(prepared_prometheus.url, timeout=10)
+    text = enrich({"alertname": "LlmTtftP95High", "model": "llm-batching", "tier": "realtime"})
+    assert text.startswith("likely cause: batching-configuration [L2]: Triton executes requests one by one")
+
+
+def test_enricher_gives_nothing_for_an_alert_without_a_page_or_finding(prepared_prometheus):
+    enrich = hook.make_enricher(prepared_prometheus.url, timeout=10)
+    assert enrich({"alertname": "NoSuchAlert"}) is None
+    assert enrich({"alertname": "LlmTtftP95High", "model": "no-such-model"}) is None
+
+
+def test_enricher_gives_nothing_when_prometheus_is_down():
+    enrich = hook.make_enricher(f"http://127.0.0.1:{free_port()}", timeout=5)
+    assert enrich({"alertname": "LlmTtftP95High", "model": "llm-capacity"}) is None
+
+
+def test_enricher_returns_at_its_deadline_while_prometheus_hangs():
+    """A Prometheus that accepts connections and never answers: enrich returns None while its worker is
+    still waiting on the socket, i.e. the deadline, not the hang, ended the call."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        before = {t.ident for t in threading.enumerate()}
+        enrich = hook.make_enricher(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=1.0,
+                                   request_timeout=30.0)
+        assert enrich({"alertname": "LlmTtftP95High", "model": "llm-capacity"}) is None
+        still_working = [t for t in threading.enumerate() if t.name == "triage-enrich" and t.ident not in before]
+        assert still_working, "enrich waited for the hung Prometheus instead of returning at its deadline"
+        assert accepted, "the hook never reached the hanging server"
+    finally:
+        stop.set()
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+def test_notifier_hook_reads_real_notifications(prepared_prometheus, monkeypatch):
+    """`inferwatch.triage.hook:top_finding` as a notifier route's `enrich`, fed the notifier's own
+    Notification parsed from an Alertmanager v4 webhook body."""
+    model = pytest.importorskip("inferwatch.notifier.model")
+    monkeypatch.setenv("INFERWATCH_PROMETHEUS_URL", prepared_prometheus.url)
+    monkeypatch.setattr(hook, "_state", {})
+    alert = {"status": "firing", "labels": {"alertname": "LlmTtftP95High", "layer": "L3", "severity": "warning",
+                                            "model": "llm-capacity", "tier": "realtime"},
+             "annotations": {}, "startsAt": "2024-01-01T00:00:00Z", "endsAt": "0001-01-01T00:00:00Z",
+             "generatorURL": "", "fingerprint": "abc"}
+    body = {"version": "4", "receiver": "notifier", "status": "firing", "alerts": [alert],
+            "groupLabels": {}, "commonLabels": alert["labels"], "commonAnnotations": {}, "externalURL": "",
+            "groupKey": "{}:{}", "truncatedAlerts": 0}
+    message = model.parse_webhook(json.dumps(body).encode())
+    notification = model.Notification(channel="wecom", groups=[message])
+    assert hook.top_finding(notification).startswith("likely cause: capacity [L2]")
+    resolved = model.Notification(channel="wecom", groups=[model.parse_webhook(json.dumps(
+        {**body, "status": "resolved", "alerts": [{**alert, "status": "resolved"}]}).encode())])
+    assert hook.top_finding(resolved) == ""
