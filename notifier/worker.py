@@ -1,8 +1,9 @@
 """Delivery worker: one thread per channel sends what is due in the outbox, and alone owns retries.
 
 Per pass for a channel: take due rows; wait for the destination's rate limiter (rows keep piling up
-meanwhile); chat channels then send everything pending as one digest (coalescing), phone channels send
-one group at a time after dropping rows superseded by a newer state of the same group. Outcomes:
+meanwhile); chat channels then send everything pending as one digest when the backlog is long (coalescing), phone channels send
+one group at a time after dropping rows superseded by a newer state of the same group. (Chat channels
+too send one group per message while the backlog is short; see COALESCE_BACKLOG_S.) Outcomes:
 ok → delivered; retryable → retried after exponential backoff with jitter (capped, Retry-After honoured)
 until `max_delivery_age`, then dead-lettered (reason max_age); permanent → dead-lettered at once with the
 channel's reason. A provider "too long" answer gets one immediate resend at half the size budget.
@@ -30,6 +31,9 @@ from inferwatch.spec import Spec
 log = logging.getLogger(__name__)
 
 MAX_DIGEST_ROWS = 10_000   # one digest covers at most this many notifications; the rest go in the next
+# Chat channels send one message per group while the backlog drains within this many seconds at the
+# destination's rate; beyond it, everything pending goes out as one digest so nothing waits longer.
+COALESCE_BACKLOG_S = 30.0
 IDLE_POLL_S = 1.0          # re-check the outbox at least this often (rows may be added by `outbox retry`)
 
 
@@ -110,7 +114,8 @@ class DeliveryWorker:
             return wait
         channel = self.channels[name]
         if channel.kind in DIGEST_KINDS:
-            batch = rows
+            backlog_s = len(rows) * self.limiters[name].spacing_s
+            batch = rows if backlog_s > COALESCE_BACKLOG_S else rows[:1]
         else:
             batch = [self._supersede(name, rows, now)]
         self._deliver(name, channel, batch)

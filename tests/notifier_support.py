@@ -1,0 +1,80 @@
+"""Test support for the notifier: a spec wired to the provider simulators, webhook builders, waiting."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.spec import spec_from_dict
+
+FIXTURE = Path("/work/shared/fixtures/alertmanager-0.25-webhook-truncated.json")
+TOKEN = "test-notifier-token-7f3a9c"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def spec_data(sims: ProviderSimulators, **notifier) -> dict:
+    """Spec data: L1 → PagerDuty + voice, L2 → Slack (escalating to PagerDuty), L3 → WeCom; the model
+    `owned` also goes to a second WeCom robot (a model owners' group)."""
+    settings = {"bearer_token": TOKEN, "retry_initial": "200ms", "retry_max": "1s"}
+    settings.update(notifier)
+    return {
+        "channels": {
+            "phone": {"type": "pagerduty", "routing_key": sims.pagerduty.routing_key, "url": sims.pagerduty_url},
+            "call": {"type": "voice", "url": sims.voice_url,
+                     "headers": {"Authorization": f"Bearer {sims.voice.token}"}},
+            "oncall-slack": {"type": "slack", "url": sims.slack_url},
+            "llm-wecom": {"type": "wecom", "url": sims.wecom_url(0), "mentions": ["zhangsan"]},
+            "owners-wecom": {"type": "wecom", "url": sims.wecom_url(1)},
+        },
+        "routes": [
+            {"match": {"layer": "L1"}, "receivers": ["phone", "call"]},
+            {"match": {"layer": "L2"}, "receivers": ["oncall-slack"], "escalate_after": "2s",
+             "escalate_to": ["phone"]},
+            {"match": {"layer": "L3", "model": "owned"}, "receivers": ["owners-wecom"], "continue": True},
+            {"match": {"layer": "L3"}, "receivers": ["llm-wecom"]},
+        ],
+        "notifier": settings,
+    }
+
+
+def make_spec(sims: ProviderSimulators, **notifier):
+    return spec_from_dict(spec_data(sims, **notifier))
+
+
+def webhook(alertname: str = "TritonServerDown", layer: str = "L2", *, n: int = 1, status: str = "firing",
+            group: str | None = None, severity: str = "critical", extra: dict | None = None,
+            description: str = "") -> dict:
+    """An Alertmanager version-4 webhook body for a group of `n` alerts (shape of the real fixture)."""
+    common = {"alertname": alertname, "layer": layer, "severity": severity, "node": "node-a", **(extra or {})}
+    alerts = []
+    for i in range(n):
+        labels = dict(common, instance=f"i{i}")
+        alerts.append({"status": status, "labels": labels,
+                       "annotations": {"summary": f"{alertname} summary.",
+                                       "description": description or f"{alertname} on {labels['instance']}",
+                                       "runbook_url": f"https://runbooks.example/{alertname}.md"},
+                       "startsAt": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+                       "endsAt": "0001-01-01T00:00:00Z" if status == "firing" else "2030-01-01T00:00:00Z",
+                       "generatorURL": "http://prometheus.example/graph", "fingerprint": f"{i:016x}"})
+    key = group or f'{{}}:{{alertname="{alertname}", layer="{layer}"}}'
+    return {"version": "4", "groupKey": key, "truncatedAlerts": 0, "status": status, "receiver": "notifier",
+            "groupLabels": {"alertname": alertname}, "commonLabels": common, "commonAnnotations": {},
+            "externalURL": "http://alertmanager.example:9093", "alerts": alerts}
+
+
+def fixture_body() -> dict:
+    return json.loads(FIXTURE.read_text())
+
+
+def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    """Poll until `condition()` is truthy; AssertionError naming `what` after `timeout` (not a timed assert:
+    the timeout only bounds a hang)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

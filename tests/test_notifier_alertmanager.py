@@ -1,0 +1,135 @@
+"""The generated Alertmanager config: committed and current, accepted by `amtool check-config`, routes
+checked with `amtool config routes test`; and the real Alertmanager delivering through the notifier to
+each layer's channel, with inhibition and the notifier-bypassing fallback receiver."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import requests
+import yaml
+
+from inferwatch.notifier.alertmanager_config import PATH, outputs
+from inferwatch.notifier.service import NotifierService
+from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.spec import load_spec, spec_from_dict
+
+from conftest import REPO_ROOT
+from notifier_support import TOKEN, spec_data, wait_for
+
+COMMITTED = REPO_ROOT / PATH
+
+
+def amtool(*args: str) -> subprocess.CompletedProcess:
+    binary = shutil.which("amtool")
+    if not binary:
+        pytest.fail("amtool not found; install it with: apt-get install -y prometheus-alertmanager", pytrace=False)
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_committed_config_is_what_the_spec_generates():
+    assert COMMITTED.read_text() == outputs(load_spec(REPO_ROOT / "inferwatch.yaml"))[PATH]
+
+
+def test_amtool_check_config_accepts_it():
+    r = amtool("check-config", str(COMMITTED))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3 inhibit rules" in r.stdout
+
+
+@pytest.mark.parametrize("labels, receiver", [
+    (["alertname=GpuLost", "layer=L1", "severity=critical", "node=n1"], "notifier-l1"),
+    (["alertname=TritonModelNotReady", "layer=L2", "severity=critical"], "notifier-l2"),
+    (["alertname=LlmTtftP95High", "layer=L3", "severity=warning", "tenant=acme"], "notifier-l3"),
+    (["alertname=NotifierDown", "layer=L1", "severity=critical", "component=notifier"], "notifier-fallback"),
+    (["alertname=NotifierDeadLetters", "layer=L1", "component=notifier"], "notifier-fallback"),
+    (["alertname=SomethingElse"], "notifier-default"),
+])
+def test_amtool_routes_test(labels, receiver):
+    r = amtool("config", "routes", "test", f"--config.file={COMMITTED}", f"--verify.receivers={receiver}", *labels)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == receiver
+
+
+def test_no_secret_is_inline_and_resolved_notifications_are_sent():
+    cfg = yaml.safe_load(COMMITTED.read_text())
+    for rec in cfg["receivers"]:
+        for wh in rec.get("webhook_configs", []):
+            assert wh["send_resolved"] is True
+            assert "credentials_file" in wh["http_config"]["authorization"]
+            assert "credentials" not in wh["http_config"]["authorization"]
+        for pd in rec.get("pagerduty_configs", []):
+            assert "routing_key_file" in pd and "routing_key" not in pd
+
+
+def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_factory, tmp_path):
+    sims = ProviderSimulators().start()
+    svc = None
+    try:
+        data = spec_data(sims)
+        svc = NotifierService(spec_from_dict(data), tmp_path / "data", port=0).start()
+        (tmp_path / "token").write_text(TOKEN + "\n")
+        (tmp_path / "pdkey").write_text(sims.pagerduty.routing_key + "\n")
+        fast = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h"}
+        data["targets"] = {"notifier": svc.url}
+        data["notifier"].update(token_file=str(tmp_path / "token"), fallback_routing_key_file=str(tmp_path / "pdkey"),
+                                fallback_pagerduty_url=sims.pagerduty_url,
+                                grouping={"L1": {"group_by": ["alertname", "node", "gpu"], **fast},
+                                          "L2": {"group_by": ["alertname", "node"], **fast},
+                                          "L3": {"group_by": ["alertname", "tenant"], **fast}})
+        config = tmp_path / "alertmanager.yml"
+        config.write_text(outputs(spec_from_dict(data))[PATH])
+        am = alertmanager_factory(config)
+
+        def alert(name, layer, severity="critical", **labels):
+            return {"labels": {"alertname": name, "layer": layer, "severity": severity, **labels},
+                    "annotations": {"summary": f"{name} summary.", "description": f"{name} on {labels}",
+                                    "runbook_url": f"https://runbooks.example/{name}.md"},
+                    "generatorURL": "http://prometheus.example/graph"}
+
+        am.post_alerts([
+            alert("GpuLost", "L1", node="node-b", gpu="3"),
+            alert("TritonModelNotReady", "L2", node="node-c", model="classifier"),
+            alert("LlmTtftP95High", "L3", "warning", tenant="acme", model="toy_llm"),
+            # Inhibited: a down Triton hides the queue symptom on its node; a critical hides its warning twin.
+            alert("TritonServerDown", "L2", node="node-a"),
+            alert("TritonQueueTimeP95High", "L2", "warning", node="node-a", model="classifier"),
+            alert("TritonPendingRequestsHigh", "L2", "critical", node="node-d"),
+            alert("TritonPendingRequestsHigh", "L2", "warning", node="node-d"),
+            # The notifier's own alert bypasses it: Alertmanager's PagerDuty integration pages directly.
+            alert("NotifierDeliveryFailing", "L1", component="notifier"),
+        ])
+        wait_for(lambda: any("GpuLost" in t for t in sims.pagerduty.texts()), what="L1 on phone")
+        wait_for(lambda: any("TritonModelNotReady" in t for t in sims.slack.texts()), what="L2 on Slack")
+        wait_for(lambda: any("LlmTtftP95High" in t for t in sims.wecom.texts()), what="L3 on WeCom")
+        wait_for(lambda: any("TritonServerDown" in t for t in sims.slack.texts()), what="TritonServerDown")
+        wait_for(lambda: any("NotifierDeliveryFailing" in t for t in sims.pagerduty.texts()), what="fallback page")
+        wait_for(lambda: any("TritonPendingRequestsHigh" in t for t in sims.slack.texts()), what="pending high")
+        fallback = [r for r in sims.pagerduty.received if "NotifierDeliveryFailing" in r.text][0]
+        assert fallback.body["client"].startswith("inferwatch alertmanager")  # sent by Alertmanager itself
+        assert not any("NotifierDeliveryFailing" in t for t in sims.slack.texts() + sims.wecom.texts())
+        gpu = [r for r in sims.pagerduty.received if "GpuLost" in r.text][0].body
+        assert gpu["payload"]["source"] == "node-b" and gpu["payload"]["severity"] == "critical"
+        wecom = [t for t in sims.wecom.texts() if "LlmTtftP95High" in t][0]
+        assert "tenant: acme" in wecom and "[Runbook](https://runbooks.example/LlmTtftP95High.md)" in wecom
+        inhibited = {a["labels"]["alertname"] for a in am.alerts() if a["status"]["state"] == "suppressed"}
+        assert inhibited == {"TritonQueueTimeP95High", "TritonPendingRequestsHigh"}
+        assert not any("TritonQueueTimeP95High" in t for t in sims.slack.texts())
+        pending = [t for t in sims.slack.texts() if "TritonPendingRequestsHigh" in t]
+        assert pending and all("*severity*\ncritical" in t for t in pending), pending
+        # Resolve: Alertmanager sends resolved notifications (send_resolved) and PagerDuty closes the incident.
+        resolved = alert("GpuLost", "L1", node="node-b", gpu="3")
+        resolved["endsAt"] = "2000-01-01T00:00:00Z"
+        am.post_alerts([resolved])
+        wait_for(lambda: any(r.body.get("event_action") == "resolve" for r in sims.pagerduty.received),
+                 timeout=60, what="the resolve event")
+        dead = [ln for ln in requests.get(svc.url + "/metrics").text.splitlines()
+                if ln.startswith("inferwatch_notifier_notifications_total{") and 'outcome="dead_lettered"}' in ln
+                and not ln.endswith(" 0.0")]
+        assert not dead, dead
+    finally:
+        if svc:
+            svc.stop()
+        sims.stop()

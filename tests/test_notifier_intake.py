@@ -1,0 +1,253 @@
+"""Intake over HTTP (the real aiohttp server, in-process): authentication, size limit, malformed and
+hostile payloads (fuzzed), redelivery recognised, 5xx only when the outbox cannot persist; routing,
+escalation, and the `routes test` / `outbox` commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+
+import pytest
+import requests
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from inferwatch.cli import main
+from inferwatch.notifier.outbox import OutboxError
+from inferwatch.notifier.routing import Router
+from inferwatch.notifier.service import NotifierService
+from inferwatch.notifier.simulators import ProviderSimulators
+
+from conftest import REPO_ROOT
+from notifier_support import AUTH, TOKEN, fixture_body, make_spec, spec_data, wait_for, webhook
+
+
+@pytest.fixture(scope="module")
+def sims():
+    with ProviderSimulators() as s:
+        yield s
+
+
+@pytest.fixture
+def service(sims, tmp_path):
+    sims.set_mode("ok")
+    svc = NotifierService(make_spec(sims, max_body_bytes=65536), tmp_path / "data", port=0).start()
+    yield svc
+    svc.stop()
+
+
+def post(svc, body, headers=AUTH, raw: bytes | None = None):
+    data = raw if raw is not None else json.dumps(body).encode()
+    return requests.post(svc.url + "/alerts", data=data, headers={**headers, "Content-Type": "application/json"},
+                         timeout=10)
+
+
+def test_the_real_alertmanager_fixture_is_accepted_and_delivered_to_phone(service, sims):
+    r = post(service, fixture_body())
+    assert r.status_code == 200 and r.json() == {"status": "accepted", "deliveries": 2}
+    wait_for(lambda: service.outbox.counts()["delivered"] == 2, what="delivery to phone and voice")
+    assert "GpuTemperatureHigh" in sims.pagerduty.received[-1].text
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN},
+                                     {"Authorization": "Basic dXNlcjpwYXNz"}])
+def test_missing_or_wrong_credentials_get_401_and_nothing_is_stored(service, headers):
+    r = post(service, webhook(), headers=headers)
+    assert r.status_code == 401
+    assert sum(service.outbox.counts().values()) == 0
+    assert TOKEN not in r.text
+
+
+def test_basic_auth_from_the_spec(sims, tmp_path, monkeypatch):
+    monkeypatch.setenv("NOTIFIER_PW", "s3cret-pw")
+    data = spec_data(sims)
+    data["notifier"] = {"basic_auth_user": "am", "basic_auth_password": "${NOTIFIER_PW}"}
+    from inferwatch.spec import spec_from_dict
+
+    svc = NotifierService(spec_from_dict(data), tmp_path, port=0).start()
+    try:
+        assert requests.post(svc.url + "/alerts", json=webhook(), auth=("am", "s3cret-pw")).status_code == 200
+        assert requests.post(svc.url + "/alerts", json=webhook("Other"), auth=("am", "nope")).status_code == 401
+    finally:
+        svc.stop()
+
+
+def test_body_over_the_limit_gets_413(service):
+    big = webhook(description="x" * 70_000)
+    assert post(service, big).status_code == 413
+    r = requests.post(service.url + "/alerts", data=(b"x" * 70_000 for _ in range(1)), headers=AUTH)  # chunked
+    assert r.status_code == 413
+    assert sum(service.outbox.counts().values()) == 0
+
+
+@pytest.mark.parametrize("raw, says", [
+    (b"{", "not JSON"), (b"[]", "expected a JSON object"), (b'{"version": "3"}', "version"),
+    (json.dumps({**webhook(), "alerts": []}).encode(), "alerts"),
+    (json.dumps({**webhook(), "status": "burning"}).encode(), "status"),
+    (json.dumps({**webhook(), "groupKey": 7}).encode(), "groupKey"),
+    (json.dumps({**webhook(), "alerts": [{"status": "firing", "labels": {"x": "y"}}]}).encode(), "alertname"),
+    (json.dumps({**webhook(), "alerts": [{"status": "firing", "labels": {"alertname": 1}}]}).encode(),
+     "alerts[0].labels.alertname"),
+    (b"\xff\xfe", "not JSON"), (b"[" * 100_00 + b"]" * 100_00, "JSON"),
+])
+def test_malformed_payloads_get_400_saying_what_is_wrong(service, raw, says):
+    r = post(service, None, raw=raw)
+    assert r.status_code == 400
+    assert says in r.json()["error"]
+
+
+def test_redelivered_webhooks_are_sent_once(service, sims):
+    body = webhook("TritonServerDown", "L2", n=2)
+    before = len(sims.slack.received)
+    first = post(service, body)
+    # An HA peer sends the same notification with other key order and formatting.
+    peer = json.loads(json.dumps(body))
+    peer["alerts"].reverse()
+    second = requests.post(service.url + "/alerts", data=json.dumps(peer, indent=2), headers=AUTH)
+    third = post(service, body)
+    assert first.json()["status"] == "accepted"
+    assert second.json()["status"] == third.json()["status"] == "duplicate"
+    wait_for(lambda: len(sims.slack.received) > before, what="the Slack message")
+    wait_for(lambda: service.outbox.counts()["pending"] == 1, what="only the escalation left pending")
+    assert len(sims.slack.received) == before + 1
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=10), c, max_size=4),
+                           max_leaves=20)
+
+
+def _mutations():
+    base = webhook("FuzzTarget", "L2")
+    keys = list(base) + ["alerts.0.labels", "alerts.0.status", "alerts.0.annotations", "alerts.0"]
+    return st.tuples(st.sampled_from(keys), json_values)
+
+
+@given(mutation=_mutations())
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_fuzzed_payloads_get_4xx_or_2xx_never_5xx_and_never_lose_an_earlier_alert(service, mutation):
+    if not service.outbox.counts()["pending"] + service.outbox.counts()["delivered"]:
+        assert post(service, webhook("EarlierAlert", "L3")).status_code == 200
+    path, value = mutation
+    body = webhook("FuzzTarget", "L2")
+    target = body
+    parts = path.split(".")
+    for p in parts[:-1]:
+        target = target[int(p)] if p.isdigit() else target[p]
+    last = parts[-1]
+    target[int(last) if last.isdigit() else last] = value
+    r = post(service, body)
+    assert r.status_code in (200, 400), r.text
+    earlier = [d for d in service.outbox.list(("pending", "delivered"), 10_000) if "EarlierAlert" in d.group_key]
+    assert earlier
+    assert requests.get(service.url + "/-/healthy").status_code == 200
+
+
+@given(raw=st.binary(max_size=2000))
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_fuzzed_bytes_get_400(service, raw):
+    assert post(service, None, raw=raw).status_code == 400
+
+
+def test_outbox_failure_answers_503_so_alertmanager_retries(service, monkeypatch):
+    def broken(*a, **k):
+        raise OutboxError("outbox write failed: disk I/O error")
+
+    monkeypatch.setattr(service.outbox, "accept", broken)
+    r = post(service, webhook())
+    assert r.status_code == 503
+
+
+def test_unwritable_outbox_is_reported_as_outbox_error(tmp_path):
+    from inferwatch.notifier.outbox import Outbox
+
+    ob = Outbox(tmp_path / "o.sqlite3")
+    ob._db().execute("PRAGMA query_only=ON")
+    with pytest.raises(OutboxError):
+        from inferwatch.notifier.model import message_from_dict
+
+        ob.accept(message_from_dict(webhook()), [])
+
+
+def test_metrics_series_exist_at_zero_and_count_deliveries(service):
+    text = requests.get(service.url + "/metrics").text
+    assert 'inferwatch_notifier_notifications_total{channel="llm-wecom",outcome="delivered"} 0.0' in text
+    assert 'inferwatch_notifier_dead_letters_total{channel="phone",reason="bad_key"} 0.0' in text
+    assert "inferwatch_notifier_outbox_depth 0.0" in text
+    assert "inferwatch_notifier_oldest_pending_age_seconds 0.0" in text
+    post(service, webhook("X", "L3"))
+    wait_for(lambda: 'outcome="delivered"} 1.0' in requests.get(service.url + "/metrics").text, what="metric")
+    assert 'inferwatch_notifier_delivery_duration_seconds_count{channel="llm-wecom"} 1.0' in \
+        requests.get(service.url + "/metrics").text
+
+
+# -------------------------------------------------------------------------------------------- routing
+def test_routes_by_layer_with_continue_and_per_model_owners(sims):
+    router = Router(make_spec(sims))
+    assert router.receivers({"layer": "L1"}) == ["phone", "call"]
+    assert router.receivers({"layer": "L2", "severity": "warning"}) == ["oncall-slack"]
+    assert router.receivers({"layer": "L3", "model": "owned"}) == ["owners-wecom", "llm-wecom"]
+    assert router.receivers({"layer": "L3", "model": "other"}) == ["llm-wecom"]
+    assert router.receivers({"severity": "critical"}) == []
+
+
+def test_default_routes_go_by_layer_when_the_spec_has_none(sims):
+    data = spec_data(sims)
+    del data["routes"]
+    from inferwatch.spec import spec_from_dict
+
+    router = Router(spec_from_dict(data))
+    assert [router.receivers({"layer": x}) for x in ("L1", "L2", "L3")] == [["phone"], ["oncall-slack"], ["llm-wecom"]]
+
+
+def test_routes_test_command_prints_receivers(capsys):
+    spec = str(REPO_ROOT / "inferwatch.yaml")
+    assert main(["notifier", "--spec", spec, "routes", "test", "layer=L2", "severity=critical"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "oncall-slack" and "escalates to phone" in out
+    assert main(["notifier", "routes", "test", "--spec", spec, "layer=L1", "--verify", "phone"]) == 0
+    assert main(["notifier", "routes", "test", "--spec", spec, "layer=L3", "--verify", "phone"]) == 1
+    assert main(["notifier", "routes", "test", "--spec", spec, "novalue"]) == 2
+
+
+def test_l2_alert_still_firing_escalates_to_phone_and_resolve_closes_it(service, sims):
+    body = webhook("TritonModelNotReady", "L2", group="esc-group")
+    assert post(service, body).json()["deliveries"] == 2  # Slack now, phone after escalate_after (2s)
+    wait_for(lambda: any("[ESCALATED]" in t and "TritonModelNotReady" in t for t in sims.pagerduty.texts()),
+             what="the escalation to phone")
+    assert post(service, webhook("TritonModelNotReady", "L2", group="esc-group", status="resolved")).ok
+    wait_for(lambda: sims.pagerduty.received[-1].body["event_action"] == "resolve", what="PagerDuty resolve")
+
+
+def test_resolved_before_escalation_cancels_it(service, sims):
+    post(service, webhook("TritonQueueTimeP95High", "L2", group="short-lived"))
+    post(service, webhook("TritonQueueTimeP95High", "L2", group="short-lived", status="resolved"))
+    wait_for(lambda: service.outbox.counts()["cancelled"] == 1, what="the escalation cancelled")
+    assert not any("TritonQueueTimeP95High" in t for t in sims.pagerduty.texts())
+
+
+def test_voice_gets_firing_only(service, sims):
+    post(service, webhook("GpuLost", "L1", group="g-voice"))
+    post(service, webhook("GpuLost", "L1", group="g-voice", status="resolved"))
+    wait_for(lambda: service.outbox.counts()["pending"] == 0 and service.outbox.counts()["delivered"] == 3,
+             what="two PagerDuty events and one call")
+    assert [r.body.get("alertname") for r in sims.voice.received].count("GpuLost") == 1
+
+
+# ---------------------------------------------------------------------------------- outbox commands
+def test_dead_letter_is_listed_and_replayed_by_the_outbox_command(service, sims, capsys, tmp_path):
+    sims.slack.set_mode("bad_key")
+    post(service, webhook("TritonCanaryRegression", "L2", group="dead-one", severity="warning"))
+    wait_for(lambda: service.outbox.counts()["dead"] == 1, what="the dead letter")
+    dead = service.outbox.list(("dead",))[0]
+    assert dead.last_reason == "bad_key" and "invalid_token" in dead.last_error
+    data_dir = str(service.outbox.path.parent)
+    spec = str(REPO_ROOT / "inferwatch.yaml")
+    assert main(["notifier", "outbox", "list", "--spec", spec, "--data-dir", data_dir]) == 0
+    out = capsys.readouterr().out
+    assert f"{dead.id:>6}  dead" in out and "[bad_key]" in out and "dead-one" in out
+    sims.slack.set_mode("ok")
+    assert main(["notifier", "--data-dir", data_dir, "outbox", "retry", str(dead.id), "--spec", spec]) == 0
+    wait_for(lambda: service.outbox.get(dead.id).state == "delivered", what="the replayed delivery")
+    assert "TritonCanaryRegression" in sims.slack.received[-1].text
+    assert main(["notifier", "outbox", "retry", "999999", "--data-dir", data_dir, "--spec", spec]) == 2
