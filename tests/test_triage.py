@@ -43,6 +43,18 @@ def test_named_alert_names_the_right_cause(prepared_prometheus, capsys, situatio
     assert all(e["error"] is None for e in result["evidence"])
 
 
+def test_triton_down_with_api_alive_points_at_the_metrics_port(prepared_prometheus, capsys):
+    """A different alert and layer: Triton's :8002 cannot be scraped while its HTTP API answers."""
+    rc, doc = triage_json(capsys, "TritonServerDown", "--label", "triton=triton-node-e", "--label", "node=node-e",
+                          "--prometheus", prepared_prometheus.url)
+    assert rc == 0
+    [result] = doc["alerts"]
+    values = {e["name"]: e["value"] for e in result["evidence"]}
+    assert (values["metrics_scrape_up"], values["api_up"], values["gpus_lost_on_node"]) == (0, 1, None)
+    assert result["top_cause"] == "metrics-port-blocked"
+    assert [f["cause"] for f in result["findings"]] == ["metrics-port-blocked", "server-down"]
+
+
 def test_firing_alerts_from_alertmanager_are_triaged_each_with_its_own_scope(
         prepared_prometheus, alertmanager_factory, tmp_path, capsys):
     config = tmp_path / "alertmanager.yml"

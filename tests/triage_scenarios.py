@@ -86,6 +86,20 @@ def situation_series(s: Situation, start: float, end: float) -> list[Series]:
     return out
 
 
+def metrics_port_blocked_series(start: float, end: float) -> list[Series]:
+    """Triton on node-e answers its HTTP API (the collector reaches it) but its :8002/metrics cannot be
+    scraped; the node's GPU exporter is fine. TritonServerDown should say: metrics port blocked."""
+    node, triton = "node-e", "triton-node-e"
+    return [
+        gauge("up", {"job": "triton", "instance": f"{node}:8002", "node": node, "triton": triton}, 0, start, end),
+        gauge("up", {"job": "inferwatch-gpu", "instance": f"{node}:9400", "node": node}, 1, start, end),
+        gauge("inferwatch_triton_up", {"job": "inferwatch-triton", "instance": "collector:9401", "node": node,
+                                       "triton": triton}, 1, start, end),
+        gauge("inferwatch_gpu_up", {"job": "inferwatch-gpu", "instance": f"{node}:9400", "node": node, "gpu": "0",
+                                    "UUID": f"GPU-{node}", "Hostname": node}, 1, start, end),
+    ]
+
+
 def all_series(now: float | None = None, minutes: int = 30) -> list[Series]:
     """Every situation's series for the `minutes` before `now` (default: the current time)."""
     end = (now or time.time()) - 5
@@ -93,7 +107,7 @@ def all_series(now: float | None = None, minutes: int = 30) -> list[Series]:
     series: list[Series] = []
     for s in SITUATIONS:
         series += situation_series(s, start, end)
-    return series
+    return series + metrics_port_blocked_series(start, end)
 
 
 def start_prepared_prometheus(workdir: Path) -> PrometheusServer:

@@ -115,7 +115,8 @@ def load_runbook(path: Path) -> Runbook:
             raise RunbookError(f"{where}: unit {unit!r} is not one of {', '.join(UNITS)}")
         for m in PLACEHOLDER.finditer(q["expr"]):
             if not _IN_REGEX_MATCHER.search(q["expr"][:m.start()]):
-                raise RunbookError(f"{where}: placeholder {m.group(0)} must sit inside a =~\"...\" or !~\"...\" matcher")
+                raise RunbookError(f"{where}: placeholder {m.group(0)} must sit inside a "
+                                   f'=~"..." or !~"..." matcher')
         queries[name] = EvidenceQuery(name, q["expr"].strip(), unit, str(q.get("help", "")))
     findings: list[Finding] = []
     for i, f in enumerate(data.get("findings") or []):
