@@ -36,6 +36,12 @@ test-fast: install system-deps
 demo: install system-deps
 	$(BIN)/inferwatch demo $(ARGS)
 
+# Benchmarks print figures (final JSON line each); nginx is the reference proxy for the gateway benchmark.
+bench: install system-deps
+	@command -v nginx >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null; }
+	@for b in benchmarks/*.py; do case $$b in */triton_capture.py|*/triton_replay.py) continue;; esac; \
+	  echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
 generate: install
 	$(BIN)/inferwatch generate
 
