@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-APT_PACKAGES := prometheus prometheus-alertmanager
+APT_PACKAGES := prometheus prometheus-alertmanager docker-compose
 PYTEST_ARGS ?=
 ARGS ?=
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 # Debian packages for the real Prometheus/promtool and Alertmanager/amtool the tests start.
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
-	    || ! command -v amtool >/dev/null; then \
+	    || ! command -v amtool >/dev/null || ! command -v docker-compose >/dev/null; then \
 	  echo "installing Debian packages: $(APT_PACKAGES)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 GENERATORS: list[str] = [
     "inferwatch.rules.generate:outputs",  # rules/generated/*.yml, PrometheusRule, deploy/prometheus/prometheus.yml
     "inferwatch.notifier.alertmanager_config:outputs",  # deploy/alertmanager/alertmanager.yml
+    "inferwatch.dashboards.generate:outputs",  # dashboards/generated/*.json (Grafana 11+)
+    "inferwatch.compose:outputs",  # deploy/compose/{prometheus,alertmanager}.yml for docker-compose.yml
 ]
 
 

@@ -1,0 +1,21 @@
+# One image for every inferwatch service (exporters, notifier, triage, generate): `inferwatch <subcommand>`.
+# docker-compose.yml builds it once and runs each service with its own command.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+# Only what the package needs (pyproject's package-dir layout); the test stack (nvidia-pytriton) is not
+# installed: in compose, Triton is the official image.
+COPY pyproject.toml README.md ./
+COPY inferwatch ./inferwatch
+COPY exporters ./exporters
+COPY rules ./rules
+COPY dashboards ./dashboards
+COPY notifier ./notifier
+RUN pip install . && rm -rf /src
+
+RUN useradd --system --uid 10001 --home-dir /var/lib/inferwatch --create-home inferwatch
+USER inferwatch
+WORKDIR /var/lib/inferwatch
+ENTRYPOINT ["inferwatch"]
+CMD ["--help"]

@@ -1,0 +1,117 @@
+"""L1 GPU fleet: temperature, memory, utilization, power, XID events, throttling and `up`, per node and GPU.
+
+Reads dcgm-exporter names (DCGM_FI_DEV_*), so it works with dcgm-exporter or the inferwatch GPU exporter; the
+XID counter, clocks-event reasons and per-GPU `up` panels need the inferwatch exporter. Threshold lines are
+the spec's L1 alert thresholds (`layers.L1`).
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as db
+
+from inferwatch.dashboards.builders import (
+    dashboard, query, runbook_data_link, runbook_links, stat_panel, table_panel, table_query, timeseries_panel, variable,
+)
+from inferwatch.rules.builders import regex_alternation
+from inferwatch.rules.gpu import MEMORY_RATIO
+from inferwatch.spec import Spec
+
+SEL = 'node=~"$node", gpu=~"$gpu"'
+LEGEND = "{{node}} GPU {{gpu}}"
+MAIN_PANEL = "GPU temperature"
+
+
+def build(spec: Spec) -> db.Dashboard:
+    l1 = spec.layers.L1
+    throttle = regex_alternation(l1.throttle_reasons)
+    board = (dashboard("gpu", "L1 infrastructure: every GPU's health, per node. Alerts of this layer page.")
+             .with_variable(variable("node", "Node", "label_values(DCGM_FI_DEV_GPU_TEMP, node)"))
+             .with_variable(variable("gpu", "GPU", 'label_values(DCGM_FI_DEV_GPU_TEMP{node=~"$node"}, gpu)')))
+    board = board.with_row(db.Row("Health"))
+    board = board.with_panel(stat_panel(
+        "GPUs lost or unreadable", "GPUs whose NVML reads fail or that fell off the bus (inferwatch_gpu_up 0). "
+        "Any value above 0 pages (GpuLost).", "none",
+        [query(f'count(inferwatch_gpu_up{{{SEL}}} == 0) or vector(0)', "lost")],
+        links=runbook_links(spec, ["GpuLost"]), thresholds=[(1, "red")]))
+    board = board.with_panel(stat_panel(
+        "GPU exporters up", "Scraped GPU exporter targets answering / all targets (job inferwatch-gpu). "
+        "Below 100 % the L1 alerts are blind for that node (GpuExporterDown).", "percentunit",
+        [query('avg(up{job="inferwatch-gpu", node=~"$node"})', "up")],
+        links=runbook_links(spec, ["GpuExporterDown"]), thresholds=[(0, "red"), (1, "green")]))
+    board = board.with_panel(stat_panel(
+        "Hottest GPU", "Highest current GPU temperature in the selection; red from the critical threshold "
+        f"({l1.temperature_critical_celsius:g} °C, GpuTemperatureCritical).", "celsius",
+        [query(f'max(DCGM_FI_DEV_GPU_TEMP{{{SEL}}})', "max")],
+        links=runbook_links(spec, ["GpuTemperatureCritical"]),
+        thresholds=[(l1.temperature_critical_celsius - 10, "orange"), (l1.temperature_critical_celsius, "red")]))
+    board = board.with_panel(table_panel(
+        "Firing L1 alerts", "GPU (L1) alerts firing now, one row per alert and device; click an alert name "
+        "for its runbook.", "none",
+        [table_query('sum by (alertname, severity, node, gpu) (ALERTS{alertstate="firing", layer="L1", '
+                     'node=~"$node"})')], w=6, h=5).data_links([runbook_data_link(spec)]))
+    board = board.with_row(db.Row("Thermals and power"))
+    board = board.with_panel(timeseries_panel(
+        MAIN_PANEL, "GPU core temperature (DCGM_FI_DEV_GPU_TEMP). The dashed line is the critical threshold "
+        "of GpuTemperatureCritical; most datacenter GPUs slow their clocks from about 87 °C.", "celsius",
+        [query(f"DCGM_FI_DEV_GPU_TEMP{{{SEL}}}", LEGEND)],
+        links=runbook_links(spec, ["GpuTemperatureCritical"]),
+        thresholds=[(l1.temperature_critical_celsius, "red")]))
+    board = board.with_panel(timeseries_panel(
+        "Power draw", "Board power draw (DCGM_FI_DEV_POWER_USAGE), watts.", "watt",
+        [query(f"DCGM_FI_DEV_POWER_USAGE{{{SEL}}}", LEGEND)], min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "Clocks slowed (throttling)", "Active clocks-event reasons per GPU (inferwatch_gpu_clocks_event_active"
+        f" 1). Thermal and power-brake reasons ({', '.join(l1.throttle_reasons)}) fire GpuThrottling; "
+        "gpu_idle and sw_power_cap are normal.", "none",
+        [query(f'inferwatch_gpu_clocks_event_active{{{SEL}}} == 1', LEGEND + " {{reason}}")],
+        links=runbook_links(spec, ["GpuThrottling"]), min_val=0, max_val=1))
+    board = board.with_panel(timeseries_panel(
+        "Throttling for alerting reasons", "GPUs slowed by the reasons GpuThrottling watches "
+        f"({throttle}), count per node.", "none",
+        [query(f'count by (node) (inferwatch_gpu_clocks_event_active{{{SEL}, reason=~"{throttle}"}} == 1)',
+               "{{node}}")],
+        links=runbook_links(spec, ["GpuThrottling"]), min_val=0))
+    board = board.with_row(db.Row("Memory and load"))
+    board = board.with_panel(timeseries_panel(
+        "Framebuffer memory used", f"Used / (used + free + reserved) framebuffer ({MEMORY_RATIO}). Dashed "
+        f"lines: warning {l1.memory_used_warning_ratio:.0%} (GpuMemoryUsageHigh) and critical "
+        f"{l1.memory_used_critical_ratio:.0%} (GpuMemoryUsageCritical).", "percentunit",
+        [query(f"{MEMORY_RATIO}{{{SEL}}}", LEGEND)],
+        links=runbook_links(spec, ["GpuMemoryUsageHigh", "GpuMemoryUsageCritical"]),
+        thresholds=[(l1.memory_used_warning_ratio, "orange"), (l1.memory_used_critical_ratio, "red")],
+        min_val=0, max_val=1))
+    board = board.with_panel(timeseries_panel(
+        "Framebuffer memory used (MiB)", "Framebuffer used (DCGM_FI_DEV_FB_USED), MiB as dcgm-exporter "
+        "reports it.", "mbytes", [query(f"DCGM_FI_DEV_FB_USED{{{SEL}}}", LEGEND)], min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "GPU utilization", "Percent of time a kernel ran (DCGM_FI_DEV_GPU_UTIL). High utilization with low "
+        "throughput upstream points to the model, not the GPU.", "percent",
+        [query(f"DCGM_FI_DEV_GPU_UTIL{{{SEL}}}", LEGEND)], min_val=0, max_val=100))
+    board = board.with_panel(timeseries_panel(
+        "Memory copy utilization", "Percent of time the memory controller was busy "
+        "(DCGM_FI_DEV_MEM_COPY_UTIL).", "percent",
+        [query(f"DCGM_FI_DEV_MEM_COPY_UTIL{{{SEL}}}", LEGEND)], min_val=0, max_val=100))
+    board = board.with_row(db.Row("Errors"))
+    board = board.with_panel(timeseries_panel(
+        "XID events", "XID errors per code (inferwatch_gpu_xid_errors_total increase). Codes in the spec's "
+        f"critical list ({', '.join(map(str, sorted(l1.critical_xids)))}) page (GpuXidCritical, XID 79 "
+        "GpuLost); 13, 31, 43 are application faults.", "short",
+        [query(f"sum by (node, gpu, xid) (increase(inferwatch_gpu_xid_errors_total{{{SEL}}}"
+               "[$__rate_interval])) > 0", LEGEND + " XID {{xid}}")],
+        links=runbook_links(spec, ["GpuXidCritical", "GpuLost"]), min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "Uncorrectable memory errors", "Double-bit ECC errors (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL increase) and "
+        "failed row remaps (DCGM_FI_DEV_ROW_REMAP_FAILURE). Any of them pages (GpuUncorrectableMemoryError).",
+        "short",
+        [query(f"increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{SEL}}}[$__rate_interval])", LEGEND + " ECC DBE"),
+         query(f"DCGM_FI_DEV_ROW_REMAP_FAILURE{{{SEL}}}", LEGEND + " row remap failed")],
+        links=runbook_links(spec, ["GpuUncorrectableMemoryError"]), min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "GPU up", "1 while NVML reads the GPU (inferwatch_gpu_up); 0 means lost or unreadable (GpuLost).",
+        "bool", [query(f"inferwatch_gpu_up{{{SEL}}}", LEGEND)],
+        links=runbook_links(spec, ["GpuLost"]), min_val=0, max_val=1))
+    board = board.with_panel(timeseries_panel(
+        "Exporter scrape up", "Prometheus `up` of each GPU exporter target (job inferwatch-gpu).", "bool",
+        [query('up{job="inferwatch-gpu", node=~"$node"}', "{{node}} {{instance}}")],
+        links=runbook_links(spec, ["GpuExporterDown"]), min_val=0, max_val=1))
+    return board

@@ -1,0 +1,145 @@
+"""L2 Triton models: traffic and failures by reason, where the time goes (queue / compute input / infer /
+output), P95 queue, pending requests, batching achieved vs preferred, model states, canary versions side by
+side, and models idle for 7 days.
+
+Triton's latency metrics are cumulative microsecond counters, not histograms: averages are
+rate(sum) / rate(count) (Triton docs "Metrics", Latencies); P95 comes from the `*_summary_us` quantiles that
+`--metrics-config summary_latencies=true` turns on, through the recording rule the alerts use.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as db
+
+from inferwatch.dashboards.builders import (
+    dashboard, query, runbook_links, stat_panel, table_panel, table_query, timeseries_panel, variable,
+)
+from inferwatch.spec import Spec
+
+SEL = 'node=~"$node", triton=~"$triton", model=~"$model"'
+BY = "node, triton, model, version"
+LEGEND = "{{model}} v{{version}} ({{triton}})"
+MAIN_PANEL = "Requests by model version"
+RATE = "[$__rate_interval]"
+
+
+def _rate(metric: str, by: str = BY) -> str:
+    return f"sum by ({by}) (rate({metric}{{{SEL}}}{RATE}))"
+
+
+def _avg_seconds(metric: str) -> str:
+    """Average stage time per successful request, s: rate(µs counter) / rate(success) / 1e6."""
+    return (f"{_rate(metric)} / 1e6\n/ on ({BY})\n{_rate('nv_inference_request_success')}")
+
+
+def build(spec: Spec) -> db.Dashboard:
+    l2 = spec.layers.L2
+    board = (dashboard("triton", "L2 runtime: every model version on every Triton. Alerts of this layer go to "
+                                 "the on-call Slack channel.")
+             .with_variable(variable("node", "Node", "label_values(nv_inference_request_success, node)"))
+             .with_variable(variable("triton", "Triton", 'label_values(nv_inference_request_success'
+                                                         '{node=~"$node"}, triton)'))
+             .with_variable(variable("model", "Model", 'label_values(nv_inference_request_success'
+                                                       '{node=~"$node", triton=~"$triton"}, model)')))
+    board = board.with_row(db.Row("Servers and models"))
+    board = board.with_panel(stat_panel(
+        "Triton servers ready", "Tritons answering their metrics scrape and ready (strict readiness) / all "
+        "Tritons. Below 100 % see TritonServerDown / TritonServerNotReady.", "percentunit",
+        [query('avg(min by (triton) (up{job="triton", triton=~"$triton"}) * on (triton) '
+               'group_left () max by (triton) (inferwatch_triton_server_ready{triton=~"$triton"}))', "ready")],
+        links=runbook_links(spec, ["TritonServerDown", "TritonServerNotReady", "TritonCollectorDown"]),
+        thresholds=[(0, "red"), (1, "green")]))
+    board = board.with_panel(stat_panel(
+        "Model versions not READY", "Model versions the repository index lists as not READY "
+        "(inferwatch_triton_model_ready 0); a deliberately unloaded version shows as UNAVAILABLE with "
+        "reason `unloaded`.", "none",
+        [query(f'count(inferwatch_triton_model_ready{{{SEL}}} == 0) or vector(0)', "not ready")],
+        links=runbook_links(spec, ["TritonModelNotReady"]), thresholds=[(1, "red")]))
+    board = board.with_panel(table_panel(
+        "Model states", "State of every model version in the repository index (READY, UNAVAILABLE, LOADING, "
+        "UNLOADING) from the inferwatch Triton collector.", "none",
+        [table_query(f'inferwatch_triton_model_state{{{SEL}}} == 1')],
+        links=runbook_links(spec, ["TritonModelNotReady"])))
+    board = board.with_row(db.Row("Traffic and errors"))
+    board = board.with_panel(timeseries_panel(
+        MAIN_PANEL, "Successful and failed inference requests per second per model version "
+        "(nv_inference_request_success + nv_inference_request_failure).", "reqps",
+        [query(_rate("nv_inference_request_success"), LEGEND + " ok"),
+         query(_rate("nv_inference_request_failure"), LEGEND + " failed")], min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "Failures by reason", "Failed requests/s by Triton's `reason`: REJECTED (queue full or timed out in "
+        "the queue), CANCELED, BACKEND (the model raised), OTHER.", "reqps",
+        [query(_rate("nv_inference_request_failure", BY + ", reason") + " > 0", LEGEND + " {{reason}}")],
+        links=runbook_links(spec, ["TritonRequestsRejected", "TritonModelErrorRatioHigh"]), min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "Error ratio", "Failed / all requests per model version over the rules' rate window "
+        f"(model_version:nv_inference_request_error:ratio). Dashed line: {l2.error_ratio:.1%} "
+        "(TritonModelErrorRatioHigh, judged only above "
+        f"{l2.min_request_rate:g} req/s).", "percentunit",
+        [query(f"model_version:nv_inference_request_error:ratio{{{SEL}}}", LEGEND)],
+        links=runbook_links(spec, ["TritonModelErrorRatioHigh"]), thresholds=[(l2.error_ratio, "red")],
+        min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "Pending requests", "Requests received and not yet executing (nv_inference_pending_request_count). "
+        f"Dashed line: {l2.pending_requests:g} (TritonPendingRequestsHigh).", "short",
+        [query(f"sum by ({BY}) (nv_inference_pending_request_count{{{SEL}}})", LEGEND)],
+        links=runbook_links(spec, ["TritonPendingRequestsHigh"]), thresholds=[(l2.pending_requests, "orange")],
+        min_val=0))
+    board = board.with_row(db.Row("Latency"))
+    board = board.with_panel(timeseries_panel(
+        "Where the time goes", "Average time per successful request in each stage: queue, compute input, "
+        "compute infer, compute output (rate of Triton's µs counters / rate of successes). Stacked, so the top "
+        "is about the average request time.", "s",
+        [query(_avg_seconds("nv_inference_queue_duration_us"), LEGEND + " queue"),
+         query(_avg_seconds("nv_inference_compute_input_duration_us"), LEGEND + " compute input"),
+         query(_avg_seconds("nv_inference_compute_infer_duration_us"), LEGEND + " compute infer"),
+         query(_avg_seconds("nv_inference_compute_output_duration_us"), LEGEND + " compute output")],
+        stacked=True, min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "P95 queue time", "95th percentile time in the queue (model_version:nv_inference_queue_duration:"
+        "p95_seconds: Triton's summary quantile, the average where summary_latencies is off). Dashed line: "
+        f"{l2.queue_p95_seconds:g} s (TritonQueueTimeP95High; per-model overrides in the spec).", "s",
+        [query(f"model_version:nv_inference_queue_duration:p95_seconds{{{SEL}}}", LEGEND)],
+        links=runbook_links(spec, ["TritonQueueTimeP95High"]), thresholds=[(l2.queue_p95_seconds, "orange")],
+        min_val=0))
+    board = board.with_row(db.Row("Batching"))
+    board = board.with_panel(timeseries_panel(
+        "Achieved vs preferred batch size", "Achieved batch size (inferences / executions) against the "
+        "largest preferred_batch_size of the model's dynamic batcher. Below "
+        f"{l2.batching_efficiency_ratio:.0%} of preferred while requests queue fires TritonBatchingIneffective.",
+        "short",
+        [query(f"{_rate('nv_inference_count')}\n/ on ({BY})\n{_rate('nv_inference_exec_count')}",
+               LEGEND + " achieved"),
+         query('max by (triton, model) (inferwatch_triton_model_preferred_batch_size_max'
+               '{triton=~"$triton", model=~"$model"})', "{{model}} preferred ({{triton}})")],
+        links=runbook_links(spec, ["TritonBatchingIneffective"]), min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "Executions by batch size", "Model executions per second by the batch size Triton formed "
+        "(inferwatch_triton_model_batch_executions_total, from the statistics API).", "ops",
+        [query('sum by (model, batch_size) (rate(inferwatch_triton_model_batch_executions_total'
+               '{triton=~"$triton", model=~"$model"}[$__rate_interval])) > 0', "{{model}} batch {{batch_size}}")],
+        stacked=True, min_val=0))
+    board = board.with_row(db.Row("Versions and lifecycle"))
+    board = board.with_panel(timeseries_panel(
+        "Canary: request time by version", "Average request time per version of each model, side by side "
+        "(model_version:nv_inference_request_duration:avg_seconds). A newer version more than "
+        f"{l2.canary_regression_ratio:.0%} slower than the majority version fires TritonCanaryRegression.", "s",
+        [query(f"model_version:nv_inference_request_duration:avg_seconds{{{SEL}}}", LEGEND)],
+        links=runbook_links(spec, ["TritonCanaryRegression"]), min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "Canary: traffic share by version", "Share of each model's requests served by each version "
+        "(model_version:nv_inference_requests:rate / the model's total).", "percentunit",
+        [query(f"model_version:nv_inference_requests:rate{{{SEL}}}\n/ on (node, triton, model) group_left ()\n"
+               f"sum by (node, triton, model) (model_version:nv_inference_requests:rate{{{SEL}}})", LEGEND)],
+        links=runbook_links(spec, ["TritonCanaryRegression"]), min_val=0, max_val=1))
+    board = board.with_panel(timeseries_panel(
+        "Canary: error ratio by version", "Error ratio of each version of each model, side by side.",
+        "percentunit", [query(f"model_version:nv_inference_request_error:ratio{{{SEL}}}", LEGEND)],
+        links=runbook_links(spec, ["TritonCanaryRegression"]), min_val=0))
+    board = board.with_panel(table_panel(
+        "Models with no traffic for 7 days", "Loaded models that served no successful request in the last "
+        "7 days: candidates to retire (they still hold memory and instances). Needs 7 days of retention.",
+        "short",
+        [table_query('sum by (node, triton, model) (increase(nv_inference_request_success'
+                     f'{{{SEL}}}[7d])) == 0')]))
+    return board
