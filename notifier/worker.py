@@ -1,9 +1,9 @@
 """Delivery worker: one thread per channel sends what is due in the outbox, and alone owns retries.
 
 Per pass for a channel: take due rows; wait for the destination's rate limiter (rows keep piling up
-meanwhile); chat channels then send everything pending as one digest when the backlog is long (coalescing), phone channels send
-one group at a time after dropping rows superseded by a newer state of the same group. (Chat channels
-too send one group per message while the backlog is short; see COALESCE_BACKLOG_S.) Outcomes:
+meanwhile); chat channels send one group per message while the backlog is short and everything pending
+as one digest when it is long (coalescing, see COALESCE_BACKLOG_S); phone channels send one group at a
+time after dropping rows superseded by a newer state of the same group. Outcomes:
 ok → delivered; retryable → retried after exponential backoff with jitter (capped, Retry-After honoured)
 until `max_delivery_age`, then dead-lettered (reason max_age); permanent → dead-lettered at once with the
 channel's reason. A provider "too long" answer gets one immediate resend at half the size budget.
