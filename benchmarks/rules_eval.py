@@ -1,0 +1,230 @@
+"""Cost of the generated rules: synthetic series for M models x T tenants x R tiers x G GPUs, scraped by a real
+Prometheus running the generated prometheus.yml and rules; reports rule-group evaluation time
+(`prometheus_rule_group_last_duration_seconds`, read from Prometheus's own /metrics) and the head series count.
+
+    .venv/bin/python benchmarks/rules_eval.py [--models 100 --tenants 20 --tiers 3 --gpus 16 --seconds 150]
+
+Synthetic targets speak the real exposition format with the real names and labels (Triton's nv_inference_*,
+the collector's inferwatch_triton_*, dcgm-exporter names, gateway_* histograms with the gateway's own
+buckets), counters growing at steady per-series rates. Windows longer than the run (1h ... 3d burn-rate
+windows) only hold the run's samples, so their cost here is a lower bound of a long-running server's.
+Final line: JSON {"series":..., "eval_seconds_max_group":..., ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from inferwatch.exporters.gateway.metrics import ITL_BUCKETS, OUTPUT_TOKENS_BUCKETS, TTFT_BUCKETS  # noqa: E402
+from inferwatch.rules.generate import outputs  # noqa: E402
+from inferwatch.spec import load_spec, spec_from_dict  # noqa: E402
+from inferwatch.stack.process import free_port  # noqa: E402
+from inferwatch.stack.prometheus import start_prometheus  # noqa: E402
+
+
+def _fmt_le(b: float) -> str:
+    return repr(float(b))
+
+
+class Body:
+    """Series of one target as (line prefix, value per second or constant)."""
+
+    def __init__(self):
+        self.counters: list[tuple[str, float]] = []
+        self.gauges: list[tuple[str, float]] = []
+
+    def counter(self, prefix: str, per_s: float) -> None:
+        self.counters.append((prefix, per_s))
+
+    def gauge(self, prefix: str, value: float) -> None:
+        self.gauges.append((prefix, value))
+
+    def render(self, elapsed: float) -> bytes:
+        lines = [f"{p} {r * elapsed:.3f}" for p, r in self.counters]
+        lines += [f"{p} {v}" for p, v in self.gauges]
+        return ("\n".join(lines) + "\n").encode()
+
+    def __len__(self) -> int:
+        return len(self.counters) + len(self.gauges)
+
+
+def triton_body(models: int) -> Body:
+    b = Body()
+    for m in range(models):
+        lab = f'model="model{m}",version="1"'
+        b.counter(f"nv_inference_request_success{{{lab}}}", 10)
+        for reason, r in (("REJECTED", 0), ("CANCELED", 0), ("BACKEND", 0.05), ("OTHER", 0)):
+            b.counter(f'nv_inference_request_failure{{{lab},reason="{reason}"}}', r)
+        b.counter(f"nv_inference_count{{{lab}}}", 40)
+        b.counter(f"nv_inference_exec_count{{{lab}}}", 10)
+        for name, us in (("request_duration_us", 20000), ("queue_duration_us", 5000),
+                         ("compute_input_duration_us", 500), ("compute_infer_duration_us", 12000),
+                         ("compute_output_duration_us", 500)):
+            b.counter(f"nv_inference_{name}{{{lab}}}", 10 * us)
+        b.gauge(f"nv_inference_pending_request_count{{{lab}}}", 3)
+        for q in ("0.5", "0.9", "0.95", "0.99", "0.999"):
+            b.gauge(f'nv_inference_queue_summary_us{{{lab},quantile="{q}"}}', 4000 + 1000 * float(q))
+        b.counter(f"nv_inference_queue_summary_us_sum{{{lab}}}", 50000)
+        b.counter(f"nv_inference_queue_summary_us_count{{{lab}}}", 10)
+    return b
+
+
+def collector_body(models: int) -> Body:
+    b = Body()
+    b.gauge('inferwatch_triton_up{triton="triton-0"}', 1)
+    b.gauge('inferwatch_triton_server_live{triton="triton-0"}', 1)
+    b.gauge('inferwatch_triton_server_ready{triton="triton-0"}', 1)
+    for m in range(models):
+        b.gauge(f'inferwatch_triton_model_ready{{triton="triton-0",model="model{m}",version="1"}}', 1)
+        for state in ("READY", "UNAVAILABLE", "LOADING", "UNLOADING"):
+            b.gauge(f'inferwatch_triton_model_state{{triton="triton-0",model="model{m}",version="1",'
+                    f'state="{state}"}}', int(state == "READY"))
+        b.gauge(f'inferwatch_triton_model_preferred_batch_size_max{{triton="triton-0",model="model{m}"}}', 16)
+    return b
+
+
+def gpu_body(gpus: int) -> Body:
+    b = Body()
+    for g in range(gpus):
+        lab = f'gpu="{g}",UUID="GPU-{g:04d}",Hostname="node-a",modelName="NVIDIA H100",device="nvidia{g}"'
+        for name, v in (("GPU_TEMP", 60), ("FB_USED", 40000), ("FB_FREE", 40000), ("FB_RESERVED", 500),
+                        ("XID_ERRORS", 0), ("ROW_REMAP_FAILURE", 0)):
+            b.gauge(f"DCGM_FI_DEV_{name}{{{lab}}}", v)
+        b.counter(f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{lab}}}", 0)
+        b.gauge(f'inferwatch_gpu_up{{gpu="{g}",UUID="GPU-{g:04d}",Hostname="node-a"}}', 1)
+        for reason in ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown", "gpu_idle"):
+            b.gauge(f'inferwatch_gpu_clocks_event_active{{gpu="{g}",UUID="GPU-{g:04d}",Hostname="node-a",'
+                    f'reason="{reason}"}}', 0)
+        for xid in (48, 79):
+            b.counter(f'inferwatch_gpu_xid_errors_total{{gpu="{g}",UUID="GPU-{g:04d}",Hostname="node-a",'
+                      f'xid="{xid}"}}', 0)
+    return b
+
+
+def gateway_body(models: int, tenants: int, tiers: list[str]) -> Body:
+    b = Body()
+    for m in range(models):
+        for t in range(tenants):
+            for tier in tiers:
+                lab = f'tenant="tenant{t}",model="model{m}",tier="{tier}"'
+                rate = 0.01
+                for code, outcome, share in (("200", "ok", 0.97), ("500", "error", 0.01),
+                                             ("499", "cancelled", 0.02)):
+                    b.counter(f'gateway_requests_total{{{lab},code="{code}",outcome="{outcome}"}}', rate * share)
+                for name, buckets in (("gateway_time_to_first_token_seconds", TTFT_BUCKETS),
+                                      ("gateway_inter_token_latency_seconds", ITL_BUCKETS),
+                                      ("gateway_output_tokens", OUTPUT_TOKENS_BUCKETS)):
+                    n = len(buckets)
+                    for i, le in enumerate(buckets):
+                        b.counter(f'{name}_bucket{{{lab},le="{_fmt_le(le)}"}}', rate * (i + 1) / n)
+                    b.counter(f'{name}_bucket{{{lab},le="+Inf"}}', rate)
+                    b.counter(f"{name}_sum{{{lab}}}", rate * 0.3)
+                    b.counter(f"{name}_count{{{lab}}}", rate)
+                b.counter(f'gateway_tokens_total{{{lab},type="input"}}', rate * 200)
+                b.counter(f'gateway_tokens_total{{{lab},type="output"}}', rate * 100)
+    return b
+
+
+def serve(body: Body, started: float) -> tuple[ThreadingHTTPServer, int]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            data = body.render(time.time() - started)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, port
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", type=int, default=100)
+    ap.add_argument("--tenants", type=int, default=20)
+    ap.add_argument("--tiers", type=int, default=3, help="first N tiers of the spec (max 3 in inferwatch.yaml)")
+    ap.add_argument("--gpus", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=150, help="how long to let Prometheus scrape and evaluate")
+    args = ap.parse_args()
+
+    base = load_spec(REPO / "inferwatch.yaml")
+    tiers = list(base.tiers)[: args.tiers]
+    started = time.time()
+    bodies = {"triton": triton_body(args.models), "collector": collector_body(args.models),
+              "gpu": gpu_body(args.gpus), "gateway": gateway_body(args.models, args.tenants, tiers)}
+    servers = {name: serve(body, started) for name, body in bodies.items()}
+    synthetic = sum(len(b) for b in bodies.values())
+    print(f"synthetic series: {synthetic} ({', '.join(f'{k} {len(v)}' for k, v in bodies.items())})", flush=True)
+    addr = {name: f"127.0.0.1:{port}" for name, (_, port) in servers.items()}
+    spec = spec_from_dict({
+        "targets": {"triton": [{"name": "triton-0", "url": "http://127.0.0.1:1",
+                                "metrics_url": f"http://{addr['triton']}/metrics", "node": "node-a"}],
+                    "triton_collectors": [addr["collector"]],
+                    "gpu_exporters": [{"address": addr["gpu"], "node": "node-a"}],
+                    "gateways": [{"address": addr["gateway"], "node": "node-a"}],
+                    "notifiers": [f"127.0.0.1:{free_port()}"],
+                    "alertmanager": f"http://127.0.0.1:{free_port()}"},
+        "prometheus": {"scrape_interval": str(base.prometheus.scrape_interval),
+                       "evaluation_interval": str(base.prometheus.evaluation_interval),
+                       "rate_window": str(base.prometheus.rate_window)},
+        "tiers": {name: {} for name in tiers},
+    })
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for rel, text in outputs(spec).items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        prom = start_prometheus(root / "prom", root / "deploy/prometheus/prometheus.yml")
+        try:
+            deadline = time.monotonic() + args.seconds
+            while time.monotonic() < deadline:
+                time.sleep(min(15, max(0.0, deadline - time.monotonic())))
+                print(f"  t={time.time() - started:5.0f}s head series "
+                      f"{_metric(prom.url, 'prometheus_tsdb_head_series')}", flush=True)
+            text = requests.get(f"{prom.url}/metrics", timeout=30).text
+            durations = {m.group(1): float(m.group(2)) for m in re.finditer(
+                r'^prometheus_rule_group_last_duration_seconds\{rule_group="[^"]*;([^"]+)"\} (\S+)$', text, re.M)}
+            series = int(float(_metric(prom.url, "prometheus_tsdb_head_series")))
+            rules = requests.get(f"{prom.url}/api/v1/rules", timeout=30).json()["data"]["groups"]
+            unhealthy = [r["name"] for g in rules for r in g["rules"] if r["health"] != "ok"]
+        finally:
+            prom.stop()
+            for server, _ in servers.values():
+                server.shutdown()
+    for group, seconds in sorted(durations.items(), key=lambda kv: -kv[1]):
+        print(f"  {group:32s} {seconds * 1000:9.1f} ms")
+    worst = max(durations.items(), key=lambda kv: kv[1])
+    print(json.dumps({"series": series, "eval_seconds_max_group": round(worst[1], 4), "max_group": worst[0],
+                      "eval_seconds_all_groups": round(sum(durations.values()), 4), "synthetic_series": synthetic,
+                      "models": args.models, "tenants": args.tenants, "tiers": len(tiers), "gpus": args.gpus,
+                      "unhealthy_rules": len(unhealthy)}))
+    return 0
+
+
+def _metric(url: str, name: str) -> str:
+    text = requests.get(f"{url}/metrics", timeout=30).text
+    match = re.search(rf"^{name} (\S+)$", text, re.M)
+    return match.group(1) if match else "nan"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
