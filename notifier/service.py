@@ -134,6 +134,8 @@ class NotifierService:
             self.worker.start()
             log.info("notifier listening on http://%s:%d (outbox %s, channels: %s)", self.host, self.port,
                      self.outbox.path, ", ".join(self.channels) or "none")
+            if not self._credentials:
+                log.warning("no notifier.bearer_token or basic auth in the spec: POST /alerts accepts anyone")
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

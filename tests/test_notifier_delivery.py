@@ -4,8 +4,6 @@ every alert accounted for; a SIGKILLed notifier delivers what was pending after 
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import signal
 import subprocess

@@ -5,8 +5,6 @@ escalation, and the `routes test` / `outbox` commands."""
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
 
 import pytest
 import requests
