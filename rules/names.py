@@ -44,6 +44,10 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "model_version:nv_inference_batch_size:avg": (
         ("node", "triton", "model", "version"), "achieved batch size: rate(inference_count) / rate(exec_count)"),
     # L3 (gateway; labels tenant, model, tier) ------------------------------------------------------------
+    "tenant_model_tier_le:gateway_time_to_first_token_seconds_bucket:rate": (
+        ("tenant", "model", "tier", "le"), "TTFT bucket rates (for histogram_quantile at other quantiles)"),
+    "tenant_model_tier_le:gateway_inter_token_latency_seconds_bucket:rate": (
+        ("tenant", "model", "tier", "le"), "ITL bucket rates"),
     "tenant_model_tier:gateway_time_to_first_token_seconds:p50": (("tenant", "model", "tier"), "TTFT P50, s"),
     "tenant_model_tier:gateway_time_to_first_token_seconds:p95": (("tenant", "model", "tier"), "TTFT P95, s"),
     "tenant_model_tier:gateway_time_to_first_token_seconds:p99": (("tenant", "model", "tier"), "TTFT P99, s"),
