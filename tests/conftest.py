@@ -34,48 +34,40 @@ def triton(tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture
-def triton_factory(tmp_path_factory):
-    """Start extra Triton servers (own repository or flags); all are stopped at the end of the test."""
+@contextlib.contextmanager
+def _servers(tmp_path_factory, name: str, start_fn):
+    """Yield factory(first_arg, **kwargs) starting servers in fresh folders; all stop when the test ends."""
     started = []
 
-    def factory(model_repository: Path = EXAMPLE_MODEL_REPOSITORY, **kwargs):
-        server = _start(start_triton, tmp_path_factory.mktemp("triton-extra"), model_repository, **kwargs)
+    def factory(first_arg, **kwargs):
+        server = _start(start_fn, tmp_path_factory.mktemp(name), first_arg, **kwargs)
         started.append(server)
         return server
 
-    yield factory
-    for server in started:
-        server.stop()
+    try:
+        yield factory
+    finally:
+        for server in started:
+            with contextlib.suppress(Exception):
+                server.stop()
+
+
+@pytest.fixture
+def triton_factory(tmp_path_factory):
+    """Start extra Triton servers: factory(model_repository=EXAMPLE, **start_triton kwargs)."""
+    with _servers(tmp_path_factory, "triton-extra", start_triton) as factory:
+        yield lambda model_repository=EXAMPLE_MODEL_REPOSITORY, **kwargs: factory(model_repository, **kwargs)
 
 
 @pytest.fixture
 def prometheus_factory(tmp_path_factory):
-    """Start Prometheus with a given config file; stopped at the end of the test."""
-    started = []
-
-    def factory(config_path: Path, **kwargs):
-        server = _start(start_prometheus, tmp_path_factory.mktemp("prometheus"), config_path, **kwargs)
-        started.append(server)
-        return server
-
-    yield factory
-    for server in started:
-        with contextlib.suppress(Exception):
-            server.stop()
+    """Start Prometheus: factory(config_path, **start_prometheus kwargs)."""
+    with _servers(tmp_path_factory, "prometheus", start_prometheus) as factory:
+        yield factory
 
 
 @pytest.fixture
 def alertmanager_factory(tmp_path_factory):
-    """Start Alertmanager with a given config file; stopped at the end of the test."""
-    started = []
-
-    def factory(config_path: Path, **kwargs):
-        server = _start(start_alertmanager, tmp_path_factory.mktemp("alertmanager"), config_path, **kwargs)
-        started.append(server)
-        return server
-
-    yield factory
-    for server in started:
-        with contextlib.suppress(Exception):
-            server.stop()
+    """Start Alertmanager: factory(config_path, **start_alertmanager kwargs)."""
+    with _servers(tmp_path_factory, "alertmanager", start_alertmanager) as factory:
+        yield factory

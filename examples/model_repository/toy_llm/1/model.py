@@ -45,6 +45,9 @@ class TritonPythonModel:
             if i > 0:
                 time.sleep(max(0, knobs["token_delay_ms"]) / 1000.0)
             if sender.is_cancelled():
+                # Close the request: without a final flag Triton counts it in flight and waits for it
+                # (up to --exit-timeout-secs) when shutting down.
+                sender.send(flags=final)
                 return
             if fail_at is not None and i == fail_at:
                 sender.send(pb_utils.InferenceResponse(
