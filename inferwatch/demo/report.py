@@ -1,0 +1,125 @@
+"""What the demo user sees: start-up progress with URLs, a live status line, the timeline of each fault →
+alert → channel → message (with runbook link and triage finding), and a summary table. rich renders it; on a
+terminal the status line updates in place, elsewhere (CI logs, pipes) it is printed every STATUS_EVERY_S.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from inferwatch.demo.scenario import Event, ScenarioResult
+
+STATUS_EVERY_S = 15.0
+STYLE = {"fault": "bold red", "removed": "bold green", "firing": "red", "cleared": "green",
+         "delivered": "bold magenta", "resolved": "bold cyan", "phase": "bold"}
+LABEL = {"fault": "FAULT", "removed": "FIXED", "firing": "FIRING", "cleared": "CLEARED", "delivered": "SENT",
+         "resolved": "RESOLVED", "phase": "==>"}
+PROVIDER = {"pagerduty": "PagerDuty", "slack": "Slack", "wecom": "WeCom robot", "voice": "voice call"}
+# Outside a terminal rich assumes 80 columns, too narrow for the timeline; CI logs take longer lines.
+PLAIN_WIDTH = 140
+
+
+def _secs(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f} s"
+
+
+class Reporter:
+    def __init__(self, console: Console | None = None):
+        if console is None:
+            console = Console(highlight=False)
+            if not console.is_terminal:
+                console = Console(highlight=False, width=PLAIN_WIDTH)
+        self.console = console
+        self.t0 = time.time()
+        self._live: Live | None = None
+        self._last_status = 0.0
+
+    # ------------------------------------------------------------------------------------ start-up
+    def line(self, text: str, style: str = "") -> None:
+        self.console.print(Text(text, style=style))
+
+    def service(self, service) -> None:
+        urls = "  ".join(f"{k} {v}" for k, v in service.urls.items())
+        self.console.print(Text.assemble(("  ✓ ", "green"), (f"{service.name:<17}", "bold"), f"{service.what}\n",
+                                         ("                      " + urls, "dim")))
+
+    # -------------------------------------------------------------------------------------- running
+    def begin(self, t0: float) -> None:
+        self.t0 = t0
+        if self.console.is_terminal:
+            self._live = Live(Text(""), console=self.console, refresh_per_second=2, transient=True)
+            self._live.start()
+
+    def status(self, text: str) -> None:
+        if self._live is not None:
+            self._live.update(Text(text, style="dim"))
+        elif time.time() - self._last_status >= STATUS_EVERY_S:
+            self._last_status = time.time()
+            self.console.print(Text(f"  status {text}", style="dim"))
+
+    def event(self, e: Event) -> None:
+        stamp = f"+{e.at - self.t0:6.1f}s "
+        label = f"{LABEL.get(e.kind, e.kind):<9}"
+        after = f"  ({e.after_s:.1f} s after the {'fault' if e.kind in ('firing', 'delivered') else 'fix'})" \
+            if e.after_s is not None else ""
+        if e.kind == "firing" and e.alert:
+            body = f"{e.text} [{e.alert.layer}, {e.alert.severity}] in Prometheus"
+        elif e.kind == "cleared":
+            body = f"{e.text} no longer firing"
+        elif e.kind in ("delivered", "resolved") and e.delivery:
+            d = e.delivery
+            body = f"{d.channel or '?'} ({PROVIDER.get(d.provider, d.provider)}) received: {d.title[:110]}"
+        else:
+            body = e.text
+        self.console.print(Text.assemble((stamp, "dim"), (label, STYLE.get(e.kind, "")), body, (after, "dim")))
+        if e.kind == "delivered" and e.delivery:
+            if e.delivery.runbook:
+                self.console.print(Text(f"{'':17}runbook: {e.delivery.runbook}", style="dim"))
+            if e.delivery.triage:
+                self.console.print(Text(f"{'':17}triage:  {e.delivery.triage[:200]}", style="dim"))
+
+    def end(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    # -------------------------------------------------------------------------------------- summary
+    def summary(self, result: ScenarioResult) -> None:
+        table = Table(title="inferwatch demo: fault → alert → channel", show_lines=False)
+        for col in ("fault", "alert (layer)", "expected channel", "delivered to", "fired after",
+                    "message after", "resolved after"):
+            table.add_column(col)
+        for o in result.outcomes:
+            d = o.delivered
+            ok = d is not None and d.channel in o.expected_channels
+            delivered = (f"[green]{d.channel}[/] ({PROVIDER.get(d.provider, d.provider)})" if ok else
+                         f"[red]{d.channel if d else 'nothing'}[/]")
+            table.add_row(o.fault.title, f"{o.fault.alert} ({o.fault.layer})", ", ".join(o.expected_channels),
+                          delivered, _secs(o.after(o.fired_at, o.injected_at)),
+                          _secs(o.after(d.at if d else None, o.injected_at)),
+                          _secs(o.after(o.resolved.at if o.resolved else None, o.removed_at)))
+        self.console.print(table)
+        self.console.print(Text("times: fault injected → alert firing in Prometheus → message accepted by the "
+                                "channel; fault removed → resolution message", style="dim"))
+        for o in result.outcomes:
+            d = o.delivered
+            if d is None:
+                continue
+            also = f" (with {', '.join(o.companions)})" if o.companions else ""
+            self.console.print(Text.assemble((f"{o.fault.alert}{also}", "bold"), f"\n  runbook: {d.runbook or '—'}",
+                                             f"\n  triage:  {d.triage or '— (no finding within the timeout)'}"))
+        clean = result.clean_deliveries()
+        span = (result.first_fault_at or result.ended_at) - result.traffic_started_at
+        self.console.print(Text(f"clean stretch: {len(clean)} message(s) in {span:.0f} s without a fault "
+                                f"(expected 0)", style="green" if not clean else "bold red"))
+        counts: dict[str, list[int]] = {}
+        for d in result.deliveries:
+            c = counts.setdefault(f"{d.channel or '?'} ({PROVIDER.get(d.provider, d.provider)})", [0, 0])
+            c[d.status == "resolved"] += 1
+        self.console.print(Text("messages: " + ("; ".join(f"{k}: {f} firing, {r} resolved"
+                                                          for k, (f, r) in sorted(counts.items())) or "none")))
