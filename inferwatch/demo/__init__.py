@@ -97,6 +97,10 @@ class Demo:
         started = time.time()
         deadline = started + self.duration
         r = self.reporter
+        if self.workdir.exists() and {p.name for p in self.workdir.iterdir()} - {"logs", "inferwatch.yaml"} \
+                and not (self.workdir / "inferwatch.yaml").exists():
+            raise UsageError(f"--workdir {self.workdir} is not empty and not a previous demo's folder; "
+                             f"the demo wipes it first, so give it an empty or new folder")
         shutil.rmtree(self.workdir, ignore_errors=True)
         (self.workdir / "logs").mkdir(parents=True)
         r.line(f"inferwatch demo: {self.duration:.0f} s; config, logs and data in {self.workdir}", "bold")

@@ -67,6 +67,7 @@ class Workload:
 
     def __init__(self, gateway_url: str, triton_url: str, spec, flows: tuple[Flow, ...] = FLOWS):
         self.knobs = Knobs()
+        self.started = False
         self.loops: list[TrafficLoop] = []
         headers_of = {f: {spec.gateway.tenant_header: f.tenant, spec.gateway.service_header: f.service}
                       for f in flows}
@@ -85,11 +86,15 @@ class Workload:
     def start(self) -> "Workload":
         for loop in self.loops:
             loop.start()
+        self.started = True
         return self
 
     def stop(self) -> None:
-        for loop in self.loops:
-            loop.stop()
+        """Stop sending and wait for requests in flight; safe before start() and twice."""
+        if self.started:
+            for loop in self.loops:
+                loop.stop()
+        self.started = False
 
     def totals(self) -> dict[str, tuple[int, int]]:
         """{'toy_llm': (ok, failed), 'classifier': (ok, failed)} so far."""

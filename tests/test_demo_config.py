@@ -1,0 +1,66 @@
+"""The demo's configuration (fast): the committed demo spec with only ports and secrets filled in, the files
+generated from it, and the delivery-time bounds the scenario test uses."""
+
+from __future__ import annotations
+
+import yaml
+
+from inferwatch.demo.config import DEMO_SPEC, SIM_GPU_NODE, prepare
+from inferwatch.demo.scenario import MARGIN_S, Bounds
+from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.spec import load_spec
+
+
+def test_the_demo_spec_loads_and_shortens_time_in_the_spec_itself():
+    spec = load_spec(DEMO_SPEC)
+    assert str(spec.prometheus.scrape_interval) == "2s" and str(spec.prometheus.rate_window) == "20s"
+    assert {str(spec.layers.L1.for_), str(spec.layers.L2.for_), str(spec.layers.L3.for_)} == {"10s"}
+    assert [c.type for c in spec.channels.values()] == ["pagerduty", "slack", "wecom"]
+
+
+def test_prepare_fills_in_ports_and_secret_files_and_nothing_else(tmp_path):
+    sims = ProviderSimulators(port=45678)  # not started: only its URLs are needed
+    config = prepare(tmp_path, sims, real_gpu=True)
+    p = config.ports
+    written = yaml.safe_load(config.spec_path.read_text())
+    original = yaml.safe_load(DEMO_SPEC.read_text())
+    for key in ("prometheus", "layers", "tiers", "tenants", "channels", "routes"):
+        assert written[key] == original[key], key
+    assert written["notifier"]["grouping"] == original["notifier"]["grouping"]
+    assert len(set(vars(p).values())) == len(vars(p)), "every service gets its own port"
+
+    prom = yaml.safe_load(config.prometheus_config.read_text())
+    targets = {job["job_name"]: [t for sc in job["static_configs"] for t in sc["targets"]]
+               for job in prom["scrape_configs"]}
+    assert targets["triton"] == [f"127.0.0.1:{p.triton_metrics}"]
+    assert targets["inferwatch-gpu"] == [f"127.0.0.1:{p.gpu}", f"127.0.0.1:{p.gpu_sim}"]
+    assert targets["inferwatch-gateway"] == [f"127.0.0.1:{p.gateway_metrics}"]
+    assert targets["inferwatch-notifier"] == [f"127.0.0.1:{p.notifier}"]
+    assert prom["global"]["scrape_interval"] == "2s"
+    assert prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [f"127.0.0.1:{p.alertmanager}"]
+    gpu_nodes = [sc["labels"]["node"] for job in prom["scrape_configs"] if job["job_name"] == "inferwatch-gpu"
+                 for sc in job["static_configs"]]
+    assert gpu_nodes == ["demo-node", SIM_GPU_NODE]
+
+    rules = "".join(f.read_text() for f in (tmp_path / "rules" / "generated").glob("*.yml"))
+    assert "[20s]" in rules and "[5m]" not in rules and "for: 10s" in rules
+
+    am = yaml.safe_load(config.alertmanager_config.read_text())
+    hooks = [w for r in am["receivers"] for w in r.get("webhook_configs", [])]
+    assert {w["url"] for w in hooks} == {f"http://127.0.0.1:{p.notifier}/alerts"}
+    token_file = hooks[0]["http_config"]["authorization"]["credentials_file"]
+    assert open(token_file).read().strip() == config.env["INFERWATCH_DEMO_NOTIFIER_TOKEN"]
+    l1 = next(r for r in am["route"]["routes"] if r["matchers"] == ['layer="L1"'])
+    assert (l1["group_wait"], l1["group_interval"]) == ("2s", "10s")
+    assert config.env["INFERWATCH_DEMO_SLACK_URL"] == sims.slack_url
+    assert sims.slack_url not in config.spec_path.read_text(), "secrets stay out of the written spec"
+
+
+def test_bounds_add_up_the_spec_delays():
+    spec = load_spec(DEMO_SPEC)
+    b = Bounds.from_spec(spec)
+    # L2: 20s window + 10s for + 2x(2s scrape + 2s eval) + 4s group_wait + 4s enrichment + margin
+    assert b.fire["L2"] == 20 + 10 + 8 + 4 + 4 + MARGIN_S
+    # L1: 6s ramp instead of a window, 2s group_wait
+    assert b.fire["L1"] == 6 + 10 + 8 + 2 + 4 + MARGIN_S
+    assert b.resolve["L3"] == 20 + 8 + 10 + MARGIN_S
