@@ -91,15 +91,14 @@ class Reporter:
     # -------------------------------------------------------------------------------------- summary
     def summary(self, result: ScenarioResult) -> None:
         table = Table(title="inferwatch demo: fault → alert → channel", show_lines=False)
-        for col in ("fault", "alert (layer)", "expected channel", "delivered to", "fired after",
-                    "message after", "resolved after"):
-            table.add_column(col)
+        for col in ("fault", "layer", "alert", "delivered to", "fired after", "message after", "resolved after"):
+            table.add_column(col, no_wrap=col != "fault")
         for o in result.outcomes:
             d = o.delivered
             ok = d is not None and d.channel in o.expected_channels
             delivered = (f"[green]{d.channel}[/] ({PROVIDER.get(d.provider, d.provider)})" if ok else
-                         f"[red]{d.channel if d else 'nothing'}[/]")
-            table.add_row(o.fault.title, f"{o.fault.alert} ({o.fault.layer})", ", ".join(o.expected_channels),
+                         f"[red]{d.channel if d else 'nothing'}[/] (expected {', '.join(o.expected_channels)})")
+            table.add_row(o.fault.title, o.fault.layer, o.fault.alert,
                           delivered, _secs(o.after(o.fired_at, o.injected_at)),
                           _secs(o.after(d.at if d else None, o.injected_at)),
                           _secs(o.after(o.resolved.at if o.resolved else None, o.removed_at)))
@@ -112,7 +111,7 @@ class Reporter:
                 continue
             also = f" (with {', '.join(o.companions)})" if o.companions else ""
             self.console.print(Text.assemble((f"{o.fault.alert}{also}", "bold"), f"\n  runbook: {d.runbook or '—'}",
-                                             f"\n  triage:  {d.triage or '— (no finding within the timeout)'}"))
+                                             f"\n  triage:  {d.triage or '— (none in the message)'}"))
         clean = result.clean_deliveries()
         span = (result.first_fault_at or result.ended_at) - result.traffic_started_at
         self.console.print(Text(f"clean stretch: {len(clean)} message(s) in {span:.0f} s without a fault "
