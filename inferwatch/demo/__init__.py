@@ -152,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         # `kill`, `timeout` and CI cancel with SIGTERM: stop every process as Ctrl-C would.
         signal.signal(signal.SIGTERM, _interrupt)
+    if not getattr(args, "verbose", False):
+        # The demo prints its own progress; per-process start/stop log lines would only interleave with it.
+        logging.getLogger("inferwatch.stack").setLevel(logging.WARNING)
     demo = Demo(Path(args.workdir), args.duration, nvml=args.nvml,
                 spec_path=Path(args.spec) if args.spec else None)
     result = demo.run(keep_running=args.keep_running)

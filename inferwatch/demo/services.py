@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 # The simulated GPUs: two steady, healthy H100s (the GPU exporter's own baseline scenario).
 GPU_SIM_SCENARIO = REPO_ROOT / "exporters" / "gpu" / "scenarios" / "healthy.yaml"
 START_TIMEOUT_S = 120.0
+STOP_ORDER = ("prometheus", "alertmanager", "notifier", "gateway", "triton-collector", "gpu-exporter",
+              "gpu-exporter-sim", "triton")
 
 
 def nvml_available() -> tuple[bool, str]:
@@ -210,8 +212,11 @@ class DemoStack:
         return [s for s in self.services if not s.running()]
 
     def stop(self) -> None:
+        # Clients before servers: Triton waits (up to its exit timeout) for open HTTP connections, and the
+        # gateway and collector hold keep-alive connections to it.
+        self.services.sort(key=lambda s: STOP_ORDER.index(s.name) if s.name in STOP_ORDER else 0)
         while self.services:
-            service = self.services.pop()
+            service = self.services.pop(0)
             try:
                 service.stop()
             except Exception:  # noqa: BLE001 - one stuck service must not keep the others running
