@@ -24,7 +24,16 @@ def prepared_prometheus(tmp_path_factory):
 def test_enricher_gives_the_top_finding(prepared_prometheus):
     enrich = hook.make_enricher(prepared_prometheus.url, timeout=10)
     text = enrich({"alertname": "LlmTtftP95High", "model": "llm-batching", "tier": "realtime"})
-    assert text.startswith("likely cause: batching-configuration [L2]: Triton executes requests one by one")
+    assert text.startswith("likely cause: batching-configuration (L2): Triton executes requests one by one")
+
+
+def test_enrichment_layer_reads_the_same_after_wecom_escaping(prepared_prometheus):
+    """WeCom escapes [ ] to full-width look-alikes; the layer marker must survive every channel as written."""
+    from inferwatch.notifier.channels.wecom import escape
+    enrich = hook.make_enricher(prepared_prometheus.url, timeout=10)
+    text = enrich({"alertname": "LlmTtftP95High", "model": "llm-gateway", "tier": "realtime"})
+    assert text.startswith("likely cause: gateway-network (L3): ")
+    assert escape(text).startswith("likely cause: gateway-network (L3): ")
 
 
 def test_enricher_gives_nothing_for_an_alert_without_a_page_or_finding(prepared_prometheus):
@@ -86,7 +95,7 @@ def test_notifier_hook_reads_real_notifications(prepared_prometheus, monkeypatch
             "groupKey": "{}:{}", "truncatedAlerts": 0}
     message = model.parse_webhook(json.dumps(body).encode())
     notification = model.Notification(channel="wecom", groups=[message])
-    assert hook.top_finding(notification).startswith("likely cause: capacity [L2]")
+    assert hook.top_finding(notification).startswith("likely cause: capacity (L2)")
     resolved = model.Notification(channel="wecom", groups=[model.parse_webhook(json.dumps(
         {**body, "status": "resolved", "alerts": [{**alert, "status": "resolved"}]}).encode())])
     assert hook.top_finding(resolved) == ""

@@ -19,6 +19,11 @@ from inferwatch.stack.prometheus import PrometheusServer, start_prometheus, writ
 # edge. P95 interpolates to 0.3 + (0.95 - 0.8) / 0.2 * 0.7 = 0.825 s, far above the 300 ms realtime target.
 SLOW_TTFT = {"0.1": 0.5, "0.3": 0.8, "1.0": 1.0, "+Inf": 1.0}
 TTFT_P95_SECONDS = 0.825
+# Triton's own time to first response (nv_inference_first_response_histogram_ms, Triton 24.11+, bucket
+# edges in ms as a per-model metric_control may set them). FAST: P95 = 0.95 / 0.97 * 100 ms ≈ 98 ms, so
+# the gateway's TTFT is lost outside Triton. SLOW mirrors the gateway: P95 825 ms, the model itself is slow.
+FAST_FIRST_RESPONSE = {"100": 0.97, "300": 1.0, "1000": 1.0, "+Inf": 1.0}
+SLOW_FIRST_RESPONSE = {"100": 0.5, "300": 0.8, "1000": 1.0, "+Inf": 1.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +37,8 @@ class Situation:
     gpu_util_percent: float = 50.0
     pending: float = 0.0
     request_rate: float = 20.0
+    first_response: dict[str, float] | None = None   # Triton-side TTFT CDF (ms edges); None: Triton < 24.11
+    compute_seconds: float = 0.002                   # Triton compute time per request
 
 
 SITUATIONS = [
@@ -41,9 +48,21 @@ SITUATIONS = [
     # Queue short, every request alone although max_batch_size is 8, GPU mostly idle: batching configuration.
     Situation("llm-batching", "node-b", "batching-configuration", queue_p95_seconds=0.01, batch_size=1.0,
               gpu_util_percent=30, pending=1),
-    # Everything in Triton normal: the time is lost between gateway and Triton.
+    # Triton's own first response is fast (24.11+ histogram) and everything else normal: the time is lost
+    # between gateway and Triton.
     Situation("llm-gateway", "node-c", "gateway-network", queue_p95_seconds=0.005, batch_size=6,
-              gpu_util_percent=40),
+              gpu_util_percent=40, first_response=FAST_FIRST_RESPONSE),
+    # Triton's own first response is as slow as the gateway's TTFT, queue short: the model (prefill) is slow.
+    Situation("llm-slow-model", "node-f", "model-slow-first-response", queue_p95_seconds=0.005, max_batch_size=0,
+              gpu_util_percent=40, first_response=SLOW_FIRST_RESPONSE),
+    # No first-response histogram, but Triton computes 700 ms per request: model compute.
+    Situation("llm-compute", "node-g", "model-compute", queue_p95_seconds=0.005, max_batch_size=0,
+              gpu_util_percent=60, compute_seconds=0.7),
+    # The demo's fault on Triton 2.51: a decoupled Python model waits before its first token. Queue short,
+    # GPU idle, compute tiny (the work happens outside execute), no first-response histogram: triage must
+    # not blame the network, only say the time goes after scheduling.
+    Situation("llm-prefill", "node-h", "slow-after-scheduling", queue_p95_seconds=0.005, max_batch_size=0,
+              gpu_util_percent=20, compute_seconds=0.001),
     # Gateway sees slow TTFT but Prometheus has no Triton series for the model: metrics port blocked.
     Situation("llm-dark", "node-d", "telemetry-gap"),
 ]
@@ -70,7 +89,13 @@ def situation_series(s: Situation, start: float, end: float) -> list[Series]:
         counter("nv_inference_queue_duration_us", tri, s.request_rate * s.queue_p95_seconds * 0.6e6, start, end),
         gauge("nv_inference_queue_summary_us", {**tri, "quantile": "0.95"}, s.queue_p95_seconds * 1e6, start, end),
         gauge("nv_inference_pending_request_count", tri, s.pending, start, end),
+        counter("nv_inference_compute_infer_duration_us", tri, s.request_rate * s.compute_seconds * 1e6, start, end),
     ]
+    for le, frac in (s.first_response or {}).items():
+        out.append(counter("nv_inference_first_response_histogram_ms_bucket", {**tri, "le": le},
+                           s.request_rate * frac, start, end))
+    if s.first_response:
+        out.append(counter("nv_inference_first_response_histogram_ms_count", tri, s.request_rate, start, end))
     col = {"job": "inferwatch-triton", "instance": "collector:9401", "node": s.node, "triton": f"triton-{s.node}",
            "model": s.model}
     out += [

@@ -45,10 +45,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--at", metavar="TIME", default=None,
                    help="evaluate the evidence at this time (RFC 3339 or unix seconds; default: now), "
                         "e.g. the alert's start")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+    p.add_argument("--timeout", type=positive_number, default=10.0, metavar="S",
                    help="per-request HTTP timeout in seconds (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the terminal view")
     p.set_defaults(func=run)
+
+
+def positive_number(text: str) -> float:
+    """argparse type: a finite number > 0 (a timeout of 0 or less makes every request fail at once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def parse_labels(items: list[str]) -> dict[str, str]:
@@ -75,6 +86,19 @@ def parse_time(text: str | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # urllib3 logs every connection retry at WARNING ("Retrying (Retry(total=0 ...)) after connection
+    # broken ..."); triage reports an unreachable server itself in one line, so keep that noise out for
+    # the duration of the command and restore the level afterwards (tests run commands in one process).
+    urllib3_log = logging.getLogger("urllib3")
+    saved = urllib3_log.level
+    urllib3_log.setLevel(logging.ERROR)
+    try:
+        return _run(args)
+    finally:
+        urllib3_log.setLevel(saved)
+
+
+def _run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     labels = parse_labels(args.label)
     at = parse_time(args.at)

@@ -34,7 +34,7 @@ MAX_ALERTS_TRIAGED = 3
 
 def top_finding_for(labels: Mapping[str, str], prometheus_url: str, runbooks: Mapping[str, Runbook],
                     timeout: float = DEFAULT_TIMEOUT_SECONDS) -> str | None:
-    """'likely cause: <cause> [<layer>]: <summary>' for the alert with `labels`, or None. Each HTTP call
+    """'likely cause: <cause> (<layer>): <summary>' for the alert with `labels`, or None. Each HTTP call
     is bounded by `timeout` and never retried, so a dead Prometheus fails in milliseconds."""
     name = labels.get("alertname", "")
     runbook = runbooks.get(name)
@@ -44,7 +44,9 @@ def top_finding_for(labels: Mapping[str, str], prometheus_url: str, runbooks: Ma
     result = triage_alert(name, labels, runbook, source, runbook_url="")
     if result.top is None:
         return None
-    return f"likely cause: {result.top.cause} [{result.top.layer}]: {result.top.summary}"
+    # Parentheses, not brackets: WeCom's markdown escaping turns [ ] into full-width ［ ］, so a bracketed
+    # layer would read differently per channel.
+    return f"likely cause: {result.top.cause} ({result.top.layer}): {result.top.summary}"
 
 
 def make_enricher(prometheus_url: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS,

@@ -44,7 +44,7 @@ def print_results(results: list[AlertTriage], file: IO[str] | None = None, width
             for i, f in enumerate(r.findings):
                 marker = "likely cause" if i == 0 else "also"
                 console.print(Text.assemble((f"{marker}: ", "bold"), (f.cause, "bold yellow"),
-                                            f" [{f.layer}] ", f.summary))
+                                            f" ({f.layer}) ", f.summary))  # as the hook writes it
                 if f.action and i == 0:
                     console.print(Text.assemble(("  next: ", "bold"), f.action))
         else:
