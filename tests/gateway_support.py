@@ -4,7 +4,10 @@ OpenAI-compatible SSE upstream speaking the documented stream format (research/l
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import json
+import socket
 import threading
 import time
 
@@ -14,7 +17,6 @@ from inferwatch.exporters.gateway.api import Gateway
 from inferwatch.exporters.gateway.proxy import Proxy
 from inferwatch.exporters.gateway.server import serve
 from inferwatch.spec import spec_from_dict
-from inferwatch.stack.process import free_port
 
 TEST_SPEC = {
     "tenants": ["acme", "globex"],
@@ -47,20 +49,22 @@ class LoopThread:
 
 
 class RunningProxy:
-    """The gateway proxy (real aiohttp server and client) in front of `upstream`, on free loopback ports."""
+    """The gateway proxy (real aiohttp server and client) in front of `upstream`, on loopback ports the OS
+    picks when the server binds (port 0), so no port can be taken between choosing and binding it."""
 
-    def __init__(self, upstream: str, spec=None):
+    def __init__(self, upstream: str, spec=None, ports: tuple[int, int] = (0, 0)):
         self.usages = []
         self.gateway = Gateway(spec if spec is not None else make_spec(), usage_sink=self.usages.append)
         self.proxy = Proxy(self.gateway, upstream)
-        self.port, self.metrics_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self._lt = LoopThread()
         self._stop = self._lt.run(_make_event())
+        ready = concurrent.futures.Future()
         self._task = asyncio.run_coroutine_threadsafe(
-            serve(self.proxy, "127.0.0.1", self.port, self.metrics_port, stop=self._stop), self._lt.loop)
-        wait_until(lambda: _port_open(self.port) and _port_open(self.metrics_port), what="proxy listening")
+            serve(self.proxy, "127.0.0.1", *ports, stop=self._stop,
+                  on_ready=lambda port, metrics_port: ready.set_result((port, metrics_port))), self._lt.loop)
+        self.port, self.metrics_port = _wait_ready(ready, self._task, "proxy listening", self._lt)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def value(self, name: str, **labels) -> float:
         return self.gateway.metrics.registry.get_sample_value(name, labels) or 0.0
@@ -87,11 +91,26 @@ async def _make_event():
     return asyncio.Event()
 
 
-def _port_open(port: int) -> bool:
-    import socket
+def _wait_ready(ready: concurrent.futures.Future, task: concurrent.futures.Future, what: str, lt: LoopThread):
+    """The value `ready` gets, or the serving task's own exception (e.g. a bind failure) at once if the task
+    ends first. The bound only keeps a broken build from hanging."""
+    done, _ = concurrent.futures.wait([ready, task], timeout=30, return_when=concurrent.futures.FIRST_COMPLETED)
+    if ready in done:
+        return ready.result()
+    lt.close()
+    if task in done:
+        task.result()  # raises the serving task's exception, with its traceback
+        raise AssertionError(f"serving task ended before {what}")
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextlib.contextmanager
+def refused_port():
+    """A loopback port that refuses connections while the block runs: bound, so nobody else can take it,
+    and not listening."""
     with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
 
 
 def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:
@@ -141,10 +160,10 @@ class OpenAIUpstream:
         self.script: list = []
         self.non_stream_body: dict = {}
         self.bodies: list[dict] = []
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self._lt = LoopThread()
         self._runner = self._lt.run(self._start())
+        self.port = self._runner.addresses[0][1]  # port 0 bound: the OS picked a free one
+        self.url = f"http://127.0.0.1:{self.port}"
 
     async def _start(self):
         app = web.Application()
@@ -152,7 +171,7 @@ class OpenAIUpstream:
         app.router.add_post("/v1/completions", self._handle)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
         return runner
 
     async def _handle(self, request: web.Request):

@@ -4,7 +4,8 @@ Responses reach the client byte-for-byte (no decompression, no re-encoding) and 
 is written to the client at once, before it is metered, so a stream is never buffered. Non-streamed LLM
 responses are read whole (they are one JSON document) so that they can carry `X-Token-Used`.
 
-Failure answers (JSON `{"error": ...}`): 413 body above spec.gateway.max_body_bytes; 502 upstream
+Failure answers (JSON `{"error": ...}`; the upstream's address and the exception go to the log only, so
+clients never learn internal addresses): 413 body above spec.gateway.max_body_bytes; 502 upstream
 unreachable or broken; 504 upstream silent for spec.gateway.upstream_timeout (applied to connecting, to the
 response headers and to every gap between reads, so a long stream that keeps producing is never cut).
 A client that disconnects cancels the handler (aiohttp handler_cancellation): the upstream connection is
@@ -97,7 +98,8 @@ class Proxy:
         except asyncio.TimeoutError:
             return self._fail(ex, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
         except (aiohttp.ClientError, OSError) as exc:
-            return self._fail(ex, 502, "error", f"upstream unavailable: {exc.__class__.__name__}: {exc}")
+            return self._fail(ex, 502, "error", "upstream unavailable",
+                              detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
         try:
             if ex is not None:
                 ex.response_start(upstream.status, upstream.headers.get("Content-Type"))
@@ -120,7 +122,8 @@ class Proxy:
             return self._fail(ex, 504, "timeout", f"upstream stalled for {self.timeout_s:g}s")
         except (aiohttp.ClientError, OSError) as exc:
             upstream.close()
-            return self._fail(ex, 502, "error", f"upstream response broken: {exc.__class__.__name__}")
+            return self._fail(ex, 502, "error", "upstream response broken",
+                              detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
         ex.chunk(body)
         ex.parse_body()
         headers = _response_headers(upstream)
@@ -189,8 +192,14 @@ class Proxy:
         got = f"{length} bytes" if length is not None else "more"
         return _json_error(413, f"request body too large: {got}, limit {limit} bytes (gateway.max_body_bytes)")
 
-    def _fail(self, ex: Exchange | None, status: int, outcome: str, message: str) -> web.Response:
-        log.warning("%s", message)
+    def _fail(self, ex: Exchange | None, status: int, outcome: str, message: str,
+              detail: str | None = None) -> web.Response:
+        """Answer `status` with `message`; `detail` (upstream address, exception) goes to the log only:
+        clients must not learn internal addresses."""
+        if detail:
+            log.warning("%s: %s", message, detail)
+        else:
+            log.warning("%s", message)
         if ex is not None:
             ex.response_start(status, None)
             ex.finish(outcome, status)

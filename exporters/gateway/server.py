@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import signal
-from typing import TextIO
+from typing import Callable, TextIO
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -16,6 +16,7 @@ from prometheus_client.process_collector import ProcessCollector
 from inferwatch.exporters.gateway.api import Gateway
 from inferwatch.exporters.gateway.meter import Usage
 from inferwatch.exporters.gateway.proxy import Proxy
+from inferwatch.exporters.gateway.serverlog import ServerLog
 
 log = logging.getLogger(__name__)
 
@@ -42,21 +43,30 @@ def metrics_app(gateway: Gateway) -> web.Application:
 
 
 async def serve(proxy: Proxy, host: str, port: int, metrics_port: int, metrics_host: str | None = None,
-                stop: asyncio.Event | None = None) -> None:
-    """Serve until `stop` is set (or a signal arrives when `stop` is None)."""
+                stop: asyncio.Event | None = None,
+                on_ready: Callable[[int, int], None] | None = None) -> None:
+    """Serve until `stop` is set (or a signal arrives when `stop` is None).
+
+    Port 0 lets the OS pick; `on_ready(port, metrics_port)` is called with the ports actually bound once
+    both sockets listen. A bind failure (OSError, e.g. EADDRINUSE) propagates out of this coroutine.
+    """
     # Process CPU and memory next to the gateway metrics: the proxy's own cost is part of what it reports.
     ProcessCollector(registry=proxy.gateway.metrics.registry)
     # handler_cancellation: a client that disconnects cancels its handler, so the upstream request is
     # closed at once even while waiting for a first token (aiohttp ≥ 3.9 defaults to not cancelling).
-    runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None)
-    metrics_runner = web.AppRunner(metrics_app(proxy.gateway), access_log=None)
+    # ServerLog: a malformed request is one INFO line, not an ERROR traceback (see serverlog.py).
+    runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None, logger=ServerLog())
+    metrics_runner = web.AppRunner(metrics_app(proxy.gateway), access_log=None, logger=ServerLog())
     await runner.setup()
     await metrics_runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
         await web.TCPSite(metrics_runner, metrics_host or host, metrics_port).start()
+        port, metrics_port = runner.addresses[0][1], metrics_runner.addresses[0][1]
         log.info("gateway proxy on http://%s:%d -> %s; metrics on http://%s:%d/metrics", host, port,
                  proxy.upstream, metrics_host or host, metrics_port)
+        if on_ready is not None:
+            on_ready(port, metrics_port)
         if stop is None:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()

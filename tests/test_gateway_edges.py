@@ -1,0 +1,75 @@
+"""Gateway edges that need no Triton: malformed HTTP, a dead upstream, a port already taken."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+
+import pytest
+import requests
+from aiohttp.http_exceptions import BadHttpMessage
+
+from gateway_support import RunningProxy, refused_port
+from inferwatch.exporters.gateway.serverlog import ServerLog
+
+
+@pytest.fixture
+def dead():
+    """(proxy, upstream port) for a proxy whose upstream refuses connections."""
+    with refused_port() as port:
+        p = RunningProxy(f"http://127.0.0.1:{port}")
+        yield p, port
+        p.stop()
+
+
+def _raw(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        return s.recv(65536)
+
+
+def test_malformed_requests_get_400_and_one_log_line_without_traceback(dead, caplog):
+    proxy, _ = dead
+    caplog.set_level(logging.DEBUG, logger="aiohttp.server")
+    assert _raw(proxy.port, b"GARBAGE\r\n\r\n").startswith(b"HTTP/1.0 400")
+    long_url = b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert _raw(proxy.port, long_url).startswith(b"HTTP/1.0 400")
+    records = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert len(records) == 2
+    for r in records:
+        assert r.levelno <= logging.INFO and r.exc_info is None and "\n" not in r.getMessage()
+    assert "LineTooLong" in records[1].getMessage() and len(records[1].getMessage()) < 400
+
+
+def test_server_log_keeps_real_errors_as_tracebacks(caplog):
+    logger = logging.getLogger("test.serverlog")
+    caplog.set_level(logging.DEBUG, logger="test.serverlog")
+    log = ServerLog(logger)
+    try:
+        {}["missing"]
+    except KeyError:
+        log.exception("Unhandled exception")  # what aiohttp logs for a handler bug
+    log.exception("Error handling request from %s", "1.2.3.4", exc_info=BadHttpMessage("bad\n  line"))
+    bug, bad = caplog.records
+    assert bug.levelno == logging.ERROR and bug.exc_info[0] is KeyError
+    assert (bad.levelno, bad.exc_info) == (logging.INFO, None)
+    assert bad.getMessage() == "Error handling request from 1.2.3.4: 400 BadHttpMessage: bad line"
+
+
+def test_dead_upstream_502_names_no_address_but_the_log_does(dead, caplog):
+    proxy, port = dead
+    caplog.set_level(logging.WARNING, logger="inferwatch.exporters.gateway.proxy")
+    resp = requests.get(proxy.url + "/v2/health/ready", timeout=10)
+    assert resp.status_code == 502 and resp.json() == {"error": "upstream unavailable"}
+    assert str(port) not in resp.text and "127.0.0.1" not in resp.text
+    assert any(f"127.0.0.1:{port}" in r.getMessage() for r in caplog.records)
+
+
+def test_bind_failure_surfaces_at_once_with_its_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError) as info:
+            RunningProxy("http://127.0.0.1:1", ports=(taken.getsockname()[1], 0))
+    assert info.value.errno == errno.EADDRINUSE
