@@ -7,8 +7,10 @@ lists them. Exit codes: 0 ok, 1 runtime failure, 2 bad usage or bad configuratio
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
+import re
 import sys
 
 from inferwatch.errors import UsageError
@@ -50,10 +52,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def port(text: str) -> int:
+    """argparse type for a TCP port: an integer 1-65535 (0, "any free port", is not a usable service port)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number 1-65535, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 1-65535, got {value}")
+    return value
+
+
 def add_service_args(parser: argparse.ArgumentParser, default_port: int, host: str = "127.0.0.1") -> None:
     """--host/--port every service subcommand takes."""
     parser.add_argument("--host", default=host, help=f"address to listen on (default {host})")
-    parser.add_argument("--port", type=int, default=default_port, help=f"port to listen on (default {default_port})")
+    parser.add_argument("--port", type=port, default=default_port,
+                        help=f"port to listen on, 1-65535 (default {default_port})")
 
 
 def add_spec_arg(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +78,27 @@ def add_spec_arg(parser: argparse.ArgumentParser) -> None:
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# errno values of a socket that cannot listen where asked (bind/listen), named in the message with host:port.
+_LISTEN_ERRNOS = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
+# uvloop/asyncio put the address in the message: "error while attempting to bind on address ('h', p): ..."
+_BIND_ADDRESS = re.compile(r"address \('([^']*)', (\d+)\)(?:: )?(.*)")
+
+
+def describe_os_error(exc: OSError | OverflowError, args: argparse.Namespace) -> str:
+    """One line `<what> (<host:port or path>)` for an OSError/OverflowError raised while a service starts."""
+    if isinstance(exc, OverflowError):  # socket.bind() on a port > 65535 that no argparse type caught
+        return f"{exc} ({getattr(args, 'host', '?')}:{getattr(args, 'port', '?')})"
+    what = exc.strerror or str(exc)
+    if exc.filename is not None:
+        return f"{what} ({exc.filename})"
+    m = _BIND_ADDRESS.search(str(exc))
+    if m:
+        return f"cannot listen: {m.group(3) or what} ({m.group(1)}:{m.group(2)})"
+    if exc.errno in _LISTEN_ERRNOS and hasattr(args, "port"):
+        return f"cannot listen: {what.lower()} ({args.host}:{args.port})"
+    return what
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     except StackError as exc:
         print(f"inferwatch: error: {exc}", file=sys.stderr)
         return 1
+    except (OSError, OverflowError) as exc:
+        # A port in use, a non-local --host, an unusable data directory: configuration, not a crash.
+        print(f"inferwatch: error: {describe_os_error(exc, args)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

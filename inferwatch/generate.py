@@ -14,7 +14,9 @@ import logging
 import sys
 from pathlib import Path
 
-from inferwatch.spec import Spec, load_spec
+from inferwatch.errors import UsageError
+from inferwatch.spec import DEFAULT_SPEC_PATH, Spec, load_spec
+from inferwatch.specload import SpecError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +32,8 @@ GENERATORS: list[str] = [
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="write rules, dashboards, Prometheus and Alertmanager config from the spec",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--spec", default=None, metavar="FILE", help="spec file (default ./inferwatch.yaml)")
+    p.add_argument("--spec", default=None, metavar="FILE",
+                   help="spec file (default ./inferwatch.yaml; required when that does not exist)")
     p.add_argument("--out", default=".", metavar="DIR", help="output root (default: current directory)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 listing every file that is missing or differs")
@@ -61,9 +64,16 @@ def stale_files(files: dict[str, str], root: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec)
+    if args.spec is None and not Path(DEFAULT_SPEC_PATH).exists():
+        # Generating from built-in defaults into an arbitrary directory is never what was meant.
+        raise UsageError(f"no spec file: no ./{DEFAULT_SPEC_PATH} here; pass --spec or run from the repository root")
+    file = args.spec or DEFAULT_SPEC_PATH
+    spec = load_spec(file)
     root = Path(args.out)
-    files = render_all(spec)
+    try:
+        files = render_all(spec)
+    except SpecError as exc:
+        raise exc.with_file(file) from None
     if args.check:
         stale = stale_files(files, root)
         for rel in stale:
@@ -75,8 +85,8 @@ def run(args: argparse.Namespace) -> int:
                 for line in list(diff)[:20]:
                     print("  " + line, file=sys.stderr)
         if stale:
-            print(f"{len(stale)} of {len(files)} generated file(s) are stale: run `inferwatch generate`"
-                  f"{' --spec ' + args.spec if args.spec else ''}", file=sys.stderr)
+            print(f"{len(stale)} of {len(files)} generated file(s) are stale: run `inferwatch generate"
+                  f"{' --spec ' + args.spec if args.spec else ''}`", file=sys.stderr)
             return 1
         print(f"all {len(files)} generated file(s) are up to date")
         return 0

@@ -14,9 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from inferwatch.specload import Duration, Secret, SpecError, build, field
+from inferwatch.specload import Duration, Secret, SpecError, build, field, load_yaml
 
 __all__ = ["Spec", "SpecError", "Duration", "Secret", "load_spec", "DEFAULT_SPEC_PATH"]
 
@@ -410,16 +408,10 @@ def load_spec(path: str | os.PathLike | None = None) -> Spec:
         path = DEFAULT_SPEC_PATH
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise SpecError("", f"cannot read spec: {exc.strerror}", file) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError("", f"{where}not valid YAML: {problem}", file) from None
+    data = load_yaml(raw, file)  # SpecError: not UTF-8, not YAML, duplicate key (with line)
     return spec_from_dict(data or {}, file)
 
 

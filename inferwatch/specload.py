@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
 import re
 import types
 import typing
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 
 class SpecError(ValueError):
@@ -132,6 +135,48 @@ def parse_secret(value: Any, path: str, *, from_file: bool = False) -> Secret:
     return Secret(literal=value, path=path)
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that raises on a key given twice in one mapping (PyYAML keeps the last one silently,
+    so a duplicated threshold would be ignored without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:  # unhashable key: the base class reports it
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"duplicate key {key!r} (first at line {first.start_mark.line + 1})", key_node.start_mark)
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, UniqueKeyLoader.construct_mapping)
+
+
+def load_yaml(data: bytes, file: str) -> Any:
+    """Parse YAML bytes with UniqueKeyLoader. Raises SpecError naming `file` (and line/column) when the bytes
+    are not UTF-8, not YAML, or repeat a key."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError("", f"not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r}); "
+                            "save the file as UTF-8", file) from None
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError("", f"{where}not valid YAML: {problem}", file) from None
+
+
 def _join(path: str, key: Any) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
@@ -168,6 +213,9 @@ def build(tp: Any, value: Any, path: str = "") -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SpecError(path, f"expected a number, got {value!r}")
+        if not math.isfinite(value):
+            # `.nan` would render as `> nan` in a rule, which never fires: a silently disabled alert.
+            raise SpecError(path, f"expected a finite number, got {value!r}")
         return float(value)
     if tp is Duration:
         return Duration.parse(value, path)

@@ -87,3 +87,44 @@ def test_cli_check_reports_a_broken_spec_in_one_line_and_exits_2(tmp_path, capsy
 def test_cli_check_accepts_the_example_spec(capsys):
     assert main(["check", "--spec", str(REPO_ROOT / "inferwatch.yaml")]) == 0
     assert "OK" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_float_fields_reject_nan_and_infinity(value, tmp_path):
+    # `.nan` would generate `expr: ... > nan`, an alert that never fires.
+    f = tmp_path / "s.yaml"
+    f.write_text(f"layers:\n  L1:\n    temperature_critical_celsius: {value}\n", encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_spec(f)
+    assert str(exc.value).startswith(f"{f}: layers.L1.temperature_critical_celsius: expected a finite number")
+
+
+def test_duplicate_yaml_keys_are_rejected_with_file_and_line(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("layers:\n  L1:\n    temperature_critical_celsius: 80\n    temperature_critical_celsius: 90\n",
+                 encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_spec(f)
+    assert str(exc.value) == (f"{f}: line 4, column 5: not valid YAML: duplicate key "
+                              "'temperature_critical_celsius' (first at line 3)")
+
+
+def test_merge_keys_and_the_same_key_in_different_mappings_still_load():
+    from inferwatch.specload import load_yaml
+
+    data = load_yaml(b"base: &b {ttft_p95_seconds: 2, x: 1}\ntiers:\n  realtime: {ttft_p95_seconds: 0.3}\n"
+                     b"  batch:\n    <<: *b\n    ttft_p95_seconds: 20\n", "s.yaml")
+    assert data["tiers"] == {"realtime": {"ttft_p95_seconds": 0.3}, "batch": {"ttft_p95_seconds": 20, "x": 1}}
+
+
+@pytest.mark.parametrize("yaml_text, expected", [
+    ("tiers:\n  realtime:\n    ttft_p95_seconds: -1\n", "tiers.realtime.ttft_p95_seconds: expected a positive number"),
+    ("prometheus:\n  scrape_interval: 1m\n  rate_window: 1m\n", "prometheus.rate_window: expected at least 4"),
+])
+@pytest.mark.parametrize("command", [["check"], ["generate", "--check"]])
+def test_check_runs_the_generators_and_names_the_file(yaml_text, expected, command, tmp_path, capsys):
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml_text, encoding="utf-8")
+    assert main([*command, "--spec", str(f), *(["--out", str(tmp_path)] if command[0] == "generate" else [])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"inferwatch: error: {f}: {expected}")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from urllib.parse import urlparse
 
-from inferwatch.cli import UsageError, add_service_args, add_spec_arg
+from inferwatch.cli import UsageError, add_service_args, add_spec_arg, port
 from inferwatch.spec import load_spec
 
 
@@ -19,8 +19,8 @@ def register(subparsers) -> None:
     p.add_argument("--upstream", required=True, metavar="URL",
                    help="base URL requests are forwarded to, e.g. http://triton:8000")
     add_service_args(p, 8080)
-    p.add_argument("--metrics-port", type=int, default=9402,
-                   help="port serving /metrics on the same --host (default 9402)")
+    p.add_argument("--metrics-port", type=port, default=9402,
+                   help="port serving /metrics on the same --host, 1-65535 (default 9402)")
     add_spec_arg(p)
     p.add_argument("--usage-log", metavar="FILE", default=None,
                    help="append one JSON line per finished LLM request (tenant, model, tokens, outcome): the "

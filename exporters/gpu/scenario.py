@@ -29,10 +29,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from inferwatch.exporters.gpu.nvml import CLOCKS_EVENT_REASONS
-from inferwatch.specload import Duration, SpecError
+from inferwatch.specload import Duration, SpecError, load_yaml
 
 # A steady, healthy H100-class GPU under moderate load (units in the names).
 HEALTHY_VALUES: dict[str, float] = {
@@ -161,11 +159,10 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file. Raises SpecError (file, entry path, what was expected)."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        data = path.read_bytes()
     except OSError as exc:
         raise SpecError("", f"cannot read scenario: {exc.strerror}", str(path)) from None
-    except yaml.YAMLError as exc:
-        raise SpecError("", f"not valid YAML: {exc}", str(path)) from None
+    raw = load_yaml(data, str(path)) or {}  # SpecError: not UTF-8, not YAML, duplicate key
     try:
         return parse_scenario(raw)
     except SpecError as exc:

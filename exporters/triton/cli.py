@@ -79,8 +79,12 @@ def build_targets(args: argparse.Namespace) -> list[TargetConfig]:
     targets = []
     for i, url in enumerate(args.triton_url):
         parsed = urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise UsageError(f"--triton-url: expected http(s)://HOST:PORT, got {url!r}")
+        try:
+            url_port = parsed.port  # None when absent; ValueError when not a number or out of 0-65535
+        except ValueError:
+            url_port = 0
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or url_port == 0:
+            raise UsageError(f"--triton-url: expected http(s)://HOST:PORT with a port 1-65535, got {url!r}")
         metrics = args.metrics_url[i] if i < len(args.metrics_url) else ""
         targets.append(TargetConfig(parsed.netloc, url, metrics, dict(cli_headers)))
     if not args.no_spec_targets and (args.spec or not targets):
