@@ -331,6 +331,9 @@ class NotifierSettings:
     retry_max: Duration = field(_d("5m"), doc="longest delay between two attempts")
     dedup_window: Duration = field(_d("30m"), doc="a webhook identical to one received this recently is a "
                                                   "redelivery (AM retry, HA peer); keep below repeat_interval")
+    unrouted_receivers: list[str] | None = field(
+        None, doc="channels for alerts no route matches (never dropped); unset = the receivers an L2 alert "
+                  "reaches (Slack/on-call), else every chat channel; [] = keep them as `unrouted` dead letters")
     # Alertmanager config generated from the spec (deploy/alertmanager/alertmanager.yml) ---------------
     token_file: str = field("/etc/alertmanager/secrets/notifier-token",
                             doc="file Alertmanager reads the bearer token from (same value as bearer_token)")
@@ -386,6 +389,10 @@ class Spec:
                 if name not in self.channels:
                     raise SpecError(f"routes[{i}].receivers",
                                     f"unknown channel {name!r} (declared: {', '.join(self.channels) or 'none'})")
+        for name in self.notifier.unrouted_receivers or []:
+            if name not in self.channels:
+                raise SpecError("notifier.unrouted_receivers",
+                                f"unknown channel {name!r} (declared: {', '.join(self.channels) or 'none'})")
 
     # Helpers shared by the exporters and generators -------------------------------------------------
     def tier_of_service(self, service: str | None) -> str:

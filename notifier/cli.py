@@ -3,7 +3,8 @@
   inferwatch notifier [--spec FILE] [--host H] [--port 9410] [--data-dir DIR]
   inferwatch notifier routes test key=value ...     receivers an alert with these labels reaches
   inferwatch notifier outbox list [--all]           pending and dead-lettered deliveries
-  inferwatch notifier outbox retry ID               put a dead-lettered delivery back in the queue
+  inferwatch notifier outbox retry ID [--force]     put a dead-lettered delivery back in the queue
+                                                    (--force: also one already delivered)
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     lst.add_argument("--limit", type=int, default=100, help="at most this many rows (default 100)")
     retry = osub.add_parser("retry", help="put a delivery (e.g. a dead letter) back in the queue")
     retry.add_argument("id", type=int, help="delivery id as `outbox list` prints it")
+    retry.add_argument("--force", action="store_true",
+                       help="re-send even a delivery that was already delivered (refused without it)")
     for q in (lst, retry):
         _sub_spec_args(q)
 
@@ -78,7 +81,12 @@ def _routes_test(spec, args) -> int:
         raise UsageError(str(exc)) from None
     router = Router(spec)
     receivers = router.receivers(labels)
-    print(",".join(receivers) if receivers else "(no receiver: the alert would not be sent)")
+    if router.match(labels):
+        print(",".join(receivers))
+    elif receivers:
+        print(",".join(receivers) + "  (no route matched: notifier.unrouted_receivers catch-all)")
+    else:
+        print("(no route matched and no catch-all channel: kept as an `unrouted` dead letter)")
     for m in router.match(labels):
         if m.escalate_after_s is not None:
             print(f"  escalates to {','.join(m.escalate_to)} after {m.escalate_after_s:.0f}s still firing")
@@ -91,7 +99,7 @@ def _routes_test(spec, args) -> int:
 
 
 def _outbox(spec, args) -> int:
-    from inferwatch.notifier.outbox import Outbox
+    from inferwatch.notifier.outbox import AlreadyDelivered, Outbox
     from inferwatch.notifier.service import OUTBOX_FILE
 
     path = Path(args.data_dir or spec.notifier.data_dir) / OUTBOX_FILE
@@ -99,10 +107,20 @@ def _outbox(spec, args) -> int:
         raise UsageError(f"no outbox at {path} (pass --data-dir)")
     outbox = Outbox(path, dedup_window_s=spec.notifier.dedup_window.seconds)
     if args.outbox_command == "retry":
+        row = outbox.get(args.id)
+        if row is None:
+            raise UsageError(f"no delivery with id {args.id} in {path}")
+        if row.channel not in spec.channels:
+            raise UsageError(f"delivery {args.id} is for channel {row.channel!r}, which the spec does not declare "
+                             "(an unrouted alert: add a route or notifier.unrouted_receivers; Alertmanager "
+                             "re-sends it at its repeat_interval)")
         try:
-            d = outbox.retry(args.id)
+            d = outbox.retry(args.id, force=args.force)
         except KeyError:
             raise UsageError(f"no delivery with id {args.id} in {path}") from None
+        except AlreadyDelivered as exc:
+            raise UsageError(f"delivery {args.id} to {row.channel} was already delivered at "
+                             f"{_utc(exc.delivery.finished_at)} UTC; pass --force to send it again") from None
         print(f"delivery {d.id} to {d.channel} is pending again; a running notifier sends it within a second")
         return 0
     states = ("pending", "dead", "delivered", "superseded", "cancelled") if args.all else ("pending", "dead")
@@ -110,10 +128,16 @@ def _outbox(spec, args) -> int:
     print(f"{'ID':>6}  {'STATE':<10} {'CHANNEL':<18} {'KIND':<10} {'STATUS':<8} {'ALERTS':>6} {'TRIES':>5}  "
           f"{'CREATED (UTC)':<19}  GROUP / LAST ERROR")
     for d in rows:
-        created = dt.datetime.fromtimestamp(d.created_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        created = _utc(d.created_at)
         err = f"  [{d.last_reason}] {d.last_error}" if d.last_reason else ""
         print(f"{d.id:>6}  {d.state:<10} {d.channel:<18} {d.kind:<10} {d.status:<8} {d.alerts:>6} {d.attempts:>5}  "
               f"{created}  {d.group_key}{err}")
     counts = outbox.counts()
     print("totals: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     return 0
+
+
+def _utc(epoch: float | None) -> str:
+    if epoch is None:
+        return "?"
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from inferwatch.notifier.channels.base import REASONS
+from inferwatch.notifier.routing import UNROUTED_CHANNEL
 
 OUTCOMES = ("delivered", "retried", "dead_lettered", "superseded", "cancelled")
 # Seconds; a healthy provider answers in 0.1-1 s, a hung one hits the channel timeout (default 10 s).
@@ -28,6 +29,12 @@ class NotifierMetrics:
         self.dead_letters = Counter("inferwatch_notifier_dead_letters_total",
                                     "Deliveries given up, by channel and reason.",
                                     ["channel", "reason"], registry=self.registry)
+        self.unrouted = Counter("inferwatch_notifier_unrouted_total",
+                                "Accepted notifications no route matched (sent to notifier.unrouted_receivers, "
+                                "or dead-lettered with reason unrouted when no channel can take them).",
+                                registry=self.registry)
+        # An unrouted alert no channel can take is a dead letter of the pseudo-channel "unrouted".
+        self.dead_letters.labels(UNROUTED_CHANNEL, "unrouted")
         for ch in channels:
             self.latency.labels(ch)
             for outcome in OUTCOMES:

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS deliveries (
     next_attempt_at REAL NOT NULL,
     finished_at REAL,
     last_reason TEXT NOT NULL DEFAULT '',
-    last_error TEXT NOT NULL DEFAULT ''
+    last_error TEXT NOT NULL DEFAULT '',
+    requeued_at REAL                  -- set by `outbox retry`: max_delivery_age counts from here, not created_at
 );
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries(state, channel, next_attempt_at);
 CREATE INDEX IF NOT EXISTS deliveries_group ON deliveries(group_key, state);
@@ -57,6 +58,7 @@ class Planned:
     kind: str
     route: int
     not_before: float
+    dead_reason: str = ""  # set: stored already dead with this reason (an unrouted alert no channel can take)
 
 
 @dataclasses.dataclass
@@ -76,6 +78,20 @@ class Delivery:
     finished_at: float | None
     last_reason: str
     last_error: str
+    requeued_at: float | None = None
+
+    @property
+    def age_origin(self) -> float:
+        """When this delivery's max_delivery_age started: created, or last put back by `outbox retry`."""
+        return self.requeued_at or self.created_at
+
+
+class AlreadyDelivered(RuntimeError):
+    """`retry` of a delivered row without force=True; `.delivery` is the row (finished_at = when)."""
+
+    def __init__(self, delivery: "Delivery"):
+        super().__init__(f"delivery {delivery.id} was already delivered")
+        self.delivery = delivery
 
 
 class Outbox:
@@ -85,6 +101,13 @@ class Outbox:
         self.dedup_window_s = dedup_window_s
         self._local = threading.local()
         self._db().executescript(SCHEMA)  # idempotent; executescript manages its own transaction
+        cols = {r["name"] for r in self._db().execute("PRAGMA table_info(deliveries)")}
+        if "requeued_at" not in cols:  # an outbox written by an older version
+            try:
+                self._db().execute("ALTER TABLE deliveries ADD COLUMN requeued_at REAL")
+            except sqlite3.OperationalError as exc:  # another process (the CLI, the service) added it first
+                if "duplicate column" not in str(exc):
+                    raise
         self._last_prune = 0.0
 
     # ---------------------------------------------------------------------------------- connections
@@ -161,6 +184,14 @@ class Outbox:
 
     @staticmethod
     def _insert(db, mid: int, p: Planned, message: WebhookMessage, now: float, status: str | None = None) -> int:
+        if p.dead_reason:
+            return db.execute(
+                "INSERT INTO deliveries(message_id, channel, kind, group_key, status, route, alerts, state, "
+                "created_at, next_attempt_at, finished_at, last_reason, last_error) "
+                "VALUES (?,?,?,?,?,?,?,'dead',?,?,?,?,?)",
+                (mid, p.channel, p.kind, message.group_key, status or message.status, p.route,
+                 message.alert_count(), now, now, now, p.dead_reason,
+                 "no route matched and no channel can take it (set notifier.unrouted_receivers)")).lastrowid
         return db.execute(
             "INSERT INTO deliveries(message_id, channel, kind, group_key, status, route, alerts, created_at, "
             "next_attempt_at) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -227,14 +258,19 @@ class Outbox:
         r = self._db().execute("SELECT * FROM deliveries WHERE id=?", (delivery_id,)).fetchone()
         return Delivery(**dict(r)) if r else None
 
-    def retry(self, delivery_id: int, now: float | None = None) -> Delivery:
-        """Put a dead (or finished) delivery back to pending with a fresh age. KeyError if unknown."""
+    def retry(self, delivery_id: int, now: float | None = None, *, force: bool = False) -> Delivery:
+        """Put a dead (or finished) delivery back to pending; its max_delivery_age starts afresh (requeued_at)
+        while created_at keeps when it was first queued. KeyError if unknown; AlreadyDelivered for a
+        delivered row unless `force` (re-sending is then a deliberate act, not a slip of the id)."""
         now = time.time() if now is None else now
         with self._tx() as db:
-            n = db.execute("UPDATE deliveries SET state='pending', attempts=0, created_at=?, next_attempt_at=?, "
-                           "finished_at=NULL WHERE id=?", (now, now, delivery_id)).rowcount
-        if not n:
-            raise KeyError(delivery_id)
+            row = db.execute("SELECT * FROM deliveries WHERE id=?", (delivery_id,)).fetchone()
+            if row is None:
+                raise KeyError(delivery_id)
+            if row["state"] == "delivered" and not force:
+                raise AlreadyDelivered(Delivery(**dict(row)))
+            db.execute("UPDATE deliveries SET state='pending', attempts=0, requeued_at=?, next_attempt_at=?, "
+                       "finished_at=NULL WHERE id=?", (now, now, delivery_id))
         return self.get(delivery_id)
 
     def counts(self) -> dict[str, int]:
@@ -247,7 +283,7 @@ class Outbox:
         """(pending deliveries, age in seconds of the oldest pending one that is due)."""
         now = time.time() if now is None else now
         # created_at of a deferred escalation is when it falls due, so it does not look old while it waits.
-        r = self._db().execute("SELECT MIN(created_at) AS oldest FROM deliveries WHERE state='pending' "
-                               "AND created_at <= ?", (now,)).fetchone()
+        r = self._db().execute("SELECT MIN(COALESCE(requeued_at, created_at)) AS oldest FROM deliveries "
+                               "WHERE state='pending' AND COALESCE(requeued_at, created_at) <= ?", (now,)).fetchone()
         depth = self._db().execute("SELECT COUNT(*) AS n FROM deliveries WHERE state='pending'").fetchone()["n"]
         return depth, (now - r["oldest"]) if r["oldest"] else 0.0

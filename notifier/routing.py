@@ -4,6 +4,11 @@ Semantics follow Alertmanager's routing tree, flattened to one ordered list (res
 routes are tried in order, the first match stops the walk unless it says `continue: true`. A group is
 matched on its common labels (the labels all its alerts share). With no routes in the spec, the default is
 by layer: L1 → the phone channel (PagerDuty, else voice), L2 → Slack, L3 → WeCom.
+
+An alert no route matches is never dropped: it goes to the catch-all `notifier.unrouted_receivers`, by
+default the receivers an L2 alert reaches (the Slack/on-call channel: a human reads it there in working
+hours, and an unrouted alert is a configuration gap, not yet a page), else every chat channel. With no
+channel at all it is kept in the outbox as a dead letter with reason `unrouted`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ import re
 from inferwatch.spec import Route, Spec
 
 DEFAULT_LAYER_CHANNELS = {"L1": ("pagerduty", "voice"), "L2": ("slack",), "L3": ("wecom",)}
+UNROUTED_ROUTE = -1            # route index of a catch-all delivery (no route matched)
+UNROUTED_CHANNEL = "unrouted"  # channel column of an unrouted dead letter (no channel could take it)
+CHAT_KINDS = ("slack", "wecom")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +39,7 @@ class Router:
         self.spec = spec
         self.routes: list[Route] = list(spec.routes) or default_routes(spec)
         self._patterns = [{k: re.compile(v) for k, v in r.match_re.items()} for r in self.routes]
+        self.unrouted_receivers: tuple[str, ...] = tuple(unrouted_receivers(spec, self))
 
     def match(self, labels: dict[str, str]) -> list[RouteMatch]:
         """The routes `labels` take, in order (several when routes say `continue: true`)."""
@@ -47,7 +56,9 @@ class Router:
         return out
 
     def receivers(self, labels: dict[str, str]) -> list[str]:
-        """Channel names `labels` reach, first-reached first, each once."""
+        """Channel names `labels` reach, first-reached first, each once (the catch-all when no route matches)."""
+        if not self.match(labels):
+            return list(self.unrouted_receivers)
         seen: list[str] = []
         for m in self.match(labels):
             for name in m.receivers:
@@ -66,6 +77,17 @@ def default_routes(spec: Spec) -> list[Route]:
                 routes.append(Route(receivers=[names[0]], match={"layer": layer}))
                 break
     return routes
+
+
+def unrouted_receivers(spec: Spec, router: Router) -> list[str]:
+    """The catch-all for alerts no route matches: `notifier.unrouted_receivers` when set (even empty), else
+    the receivers of the routes a `layer=L2` alert takes, else every chat channel (Slack, WeCom)."""
+    if spec.notifier.unrouted_receivers is not None:
+        return list(spec.notifier.unrouted_receivers)
+    out: list[str] = []
+    for m in router.match({"layer": "L2"}):
+        out += [n for n in m.receivers if n not in out]
+    return out or [n for n, c in spec.channels.items() if c.type in CHAT_KINDS]
 
 
 def parse_label_args(pairs: list[str]) -> dict[str, str]:

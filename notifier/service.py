@@ -34,6 +34,16 @@ log = logging.getLogger(__name__)
 OUTBOX_FILE = "outbox.sqlite3"
 
 
+def check_channel_secrets(spec: Spec) -> None:
+    """Resolve every channel's secrets (url, routing_key, headers) once at start-up, so a missing variable or
+    file stops the notifier now (SpecError naming the field → exit 2), not at the first alert. The values
+    are not kept: channels reveal them again at send time (a rotated file is picked up)."""
+    for c in spec.channels.values():
+        for secret in (c.url, c.routing_key, *c.headers.values()):
+            if secret is not None:
+                secret.reveal()
+
+
 class NotifierService:
     def __init__(self, spec: Spec, data_dir: str | Path | None = None, host: str = "127.0.0.1", port: int = 9410):
         self.spec = spec
@@ -42,6 +52,7 @@ class NotifierService:
         self.data_dir = Path(data_dir or spec.notifier.data_dir)
         self.outbox = Outbox(self.data_dir / OUTBOX_FILE, dedup_window_s=spec.notifier.dedup_window.seconds)
         self.router = Router(spec)
+        check_channel_secrets(spec)
         self.channels = {name: build_channel(name, c) for name, c in spec.channels.items()}
         self.metrics = NotifierMetrics(list(self.channels), self.outbox)
         enrich = {i: (r.enrich, r.enrich_timeout.seconds) for i, r in enumerate(self.router.routes) if r.enrich}
@@ -93,6 +104,7 @@ class NotifierService:
         except PayloadError as exc:
             return web.json_response({"error": f"malformed Alertmanager webhook: {exc}"}, status=400)
         now = time.time()
+        unrouted = not self.router.match(message.labels)
         planned = plan(self.spec, self.router, message, now)
         try:
             accepted, ids = await asyncio.get_running_loop().run_in_executor(
@@ -105,9 +117,20 @@ class NotifierService:
         self.accepted += 1
         for p in planned:
             self.worker.wake(p.channel)
-        if not planned:
-            log.warning("no route matched %s (labels %s): nothing to send", message.group_key, message.labels)
-        return web.json_response({"status": "accepted", "deliveries": len(ids)})
+        if unrouted:
+            self.metrics.unrouted.inc()
+            dead = [p for p in planned if p.dead_reason]
+            if dead:
+                self.metrics.dead_letters.labels(dead[0].channel, dead[0].dead_reason).inc()
+                log.error("no route matched %s (labels %s) and no channel can take it: kept as a dead letter "
+                          "(set notifier.unrouted_receivers)", message.group_key, message.labels)
+            else:
+                log.warning("no route matched %s (labels %s): sent to the catch-all %s", message.group_key,
+                            message.labels, ", ".join(p.channel for p in planned) or "(resolved: nothing to say)")
+        body = {"status": "accepted", "deliveries": len(ids)}
+        if unrouted:
+            body["unrouted"] = True
+        return web.json_response(body)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         data = await asyncio.get_running_loop().run_in_executor(None, generate_latest, self.metrics.registry)

@@ -123,7 +123,7 @@ class DeliveryWorker:
 
     def _expire(self, name: str, rows: list[Delivery], now: float) -> list[Delivery]:
         max_age = self.spec.notifier.max_delivery_age.seconds
-        old = [r for r in rows if r.attempts > 0 and now - r.created_at > max_age]
+        old = [r for r in rows if r.attempts > 0 and now - r.age_origin > max_age]
         if old:
             self._dead(name, old, "max_age", f"still failing after {max_age:.0f}s: {old[0].last_error}", now)
         return [r for r in rows if r not in old]

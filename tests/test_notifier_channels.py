@@ -231,11 +231,12 @@ def test_unreachable_provider_is_retryable_and_no_secret_leaks(sims, name, caplo
         assert "SEKRET" not in text and sims.pagerduty.routing_key not in text
 
 
-def test_missing_secret_is_permanent_and_names_the_variable_not_a_value(sims, monkeypatch):
+def test_missing_secret_is_retryable_and_names_the_variable_not_a_value(sims, monkeypatch):
+    # Retryable: a secret file may appear (mounted late, rotated); max_delivery_age bounds the retries.
     from inferwatch.spec import spec_from_dict
 
     monkeypatch.delenv("NOPE_WECOM_URL", raising=False)
     spec = spec_from_dict({"channels": {"w": {"type": "wecom", "url": "${NOPE_WECOM_URL}"}}})
     r = build_channel("w", spec.channels["w"]).send(note(webhook("X", "L3"), "w"))
-    assert (r.ok, r.retryable, r.reason) == (False, False, "secret_missing")
+    assert (r.ok, r.retryable, r.reason) == (False, True, "secret_missing")
     assert "NOPE_WECOM_URL" in r.detail

@@ -25,7 +25,7 @@ REASONS = (
     "bad_key",          # 401/403/404 or an invalid-key errcode: the destination is wrong (permanent)
     "invalid_payload",  # other 4xx or a provider validation error (permanent)
     "provider_error",   # a non-zero errcode we do not know (permanent)
-    "secret_missing",   # the URL/key reference could not be resolved (permanent)
+    "secret_missing",   # the URL/key reference could not be resolved (retryable: the file may appear)
     "max_age",          # retried until notifier.max_delivery_age, then given up (dead letter)
 )
 

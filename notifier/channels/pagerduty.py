@@ -84,7 +84,7 @@ class PagerDutyChannel:
             key = self.spec.routing_key.reveal()
             url = self.spec.url.reveal() if self.spec.url else DEFAULT_URL
         except Exception as exc:  # SpecError: names the field, never the value
-            return DeliveryResult.fail("secret_missing", str(exc), retryable=False)
+            return DeliveryResult.fail("secret_missing", str(exc), retryable=True)
         event = self.build_event(notification, key)
         resp, result = post_json(url, event, timeout=self.spec.timeout.seconds, secrets=[key, url])
         if resp is not None and resp.status_code == 400 and "routing" in resp.text.lower():

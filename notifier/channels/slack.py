@@ -101,7 +101,7 @@ class SlackChannel:
         try:
             url = self.spec.url.reveal()
         except Exception as exc:
-            return DeliveryResult.fail("secret_missing", str(exc), retryable=False)
+            return DeliveryResult.fail("secret_missing", str(exc), retryable=True)
         resp, result = post_json(url, self.build_message(notification), timeout=self.spec.timeout.seconds,
                                  secrets=[url])
         if resp is not None and resp.status_code == 400 and "too_long" in resp.text:

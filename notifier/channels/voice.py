@@ -50,7 +50,7 @@ class VoiceChannel:
             url = self.spec.url.reveal()
             headers = {k: v.reveal() for k, v in self.spec.headers.items()}
         except Exception as exc:
-            return DeliveryResult.fail("secret_missing", str(exc), retryable=False)
+            return DeliveryResult.fail("secret_missing", str(exc), retryable=True)
         secrets = [url, *headers.values()]
         headers.setdefault("Content-Type", "application/json")
         try:

@@ -92,7 +92,7 @@ class WeComChannel:
         try:
             url = self.spec.url.reveal()
         except Exception as exc:
-            return DeliveryResult.fail("secret_missing", str(exc), retryable=False)
+            return DeliveryResult.fail("secret_missing", str(exc), retryable=True)
         body = {"msgtype": "markdown", "markdown": {"content": self.build_markdown(notification)}}
         resp, result = post_json(url, body, timeout=self.spec.timeout.seconds, secrets=[url])
         if resp is None or not result.ok:
