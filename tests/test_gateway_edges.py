@@ -73,3 +73,37 @@ def test_bind_failure_surfaces_at_once_with_its_error():
         with pytest.raises(OSError) as info:
             RunningProxy("http://127.0.0.1:1", ports=(taken.getsockname()[1], 0))
     assert info.value.errno == errno.EADDRINUSE
+
+
+def test_repeated_request_headers_reach_the_upstream_repeated():
+    """Pass-through keeps a header the client sends twice as two fields (a dict would collapse them)."""
+    import threading
+
+    received = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def upstream():
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            received.append(data)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    thread = threading.Thread(target=upstream, daemon=True)
+    thread.start()
+    proxy = RunningProxy(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        answer = _raw(proxy.port, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nX-Trace: a\r\nX-Trace: b\r\n"
+                                  b"X-Forwarded-For: 10.0.0.1\r\nConnection: close\r\n\r\n")
+        thread.join(timeout=10)
+    finally:
+        proxy.stop()
+        listener.close()
+    assert answer.startswith(b"HTTP/1.1 200")
+    head = received[0].decode("latin-1").lower()
+    assert head.count("\r\nx-trace: ") == 2
+    assert "\r\nx-forwarded-for: 10.0.0.1, 127.0.0.1\r\n" in head

@@ -82,10 +82,14 @@ class Proxy:
         except web.HTTPRequestEntityTooLarge:
             return self._refuse(request, started, None)
         ex = self.gateway.exchange(request.method, request.path, request.headers, body, started)
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        # A multidict, so a header the client repeats reaches the upstream repeated, not collapsed to one.
+        headers = CIMultiDict((k, v) for k, v in request.headers.items()
+                              if k.lower() not in _HOP_BY_HOP and k.lower() != "x-forwarded-for")
+        forwarded = ", ".join(request.headers.getall("X-Forwarded-For", ()))
         if request.remote:
-            prior = request.headers.get("X-Forwarded-For")
-            headers["X-Forwarded-For"] = f"{prior}, {request.remote}" if prior else request.remote
+            forwarded = f"{forwarded}, {request.remote}" if forwarded else request.remote
+        if forwarded:
+            headers["X-Forwarded-For"] = forwarded
         if ex is not None:
             ex.meter.upstream_begin()
         try:
