@@ -8,7 +8,7 @@ combined with `max by`, never averaged. Failures carry `reason` (REJECTED|CANCEL
 
 from __future__ import annotations
 
-from inferwatch.rules.builders import (MODEL_VERSION, by, exporter_down, indent, num, over_threshold_by_model,
+from inferwatch.rules.builders import (MODEL_VERSION, by, exporter_down, num, over_threshold_by_model,
                                        with_min_rate)
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.spec import Spec

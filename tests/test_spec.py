@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inferwatch.cli import main
-from inferwatch.spec import Duration, Secret, SpecError, load_spec, spec_from_dict
+from inferwatch.spec import Duration, SpecError, load_spec, spec_from_dict
 
 from conftest import REPO_ROOT
 
