@@ -178,14 +178,8 @@ class OpenAIEvents:
         if data == b"[DONE]":
             self.complete = True
             return
-        try:
-            doc = json.loads(data) if data else None
-        except ValueError:
-            return
-        if not isinstance(doc, dict):
-            return
-        if doc.get("error"):
-            self.error = True
+        doc = self._document(data)
+        if doc is None:
             return
         n = 0
         for choice in doc.get("choices") or ():
@@ -200,18 +194,25 @@ class OpenAIEvents:
         self.meter.tokens(n, now)
 
     def body(self, data: bytes, now: float) -> None:
-        try:
-            doc = json.loads(data)
-        except ValueError:
-            return
-        if not isinstance(doc, dict):
-            return
-        if doc.get("error"):
-            self.error = True
+        doc = self._document(data)
+        if doc is None:
             return
         total = self._usage(doc.get("usage"))
         if total:
             self.meter.tokens(total, now)
+
+    def _document(self, data: bytes) -> dict | None:
+        """The JSON object in `data`; None when it is not one, or when it is an error (then sets `error`)."""
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return None
+        if not isinstance(doc, dict):
+            return None
+        if doc.get("error"):
+            self.error = True
+            return None
+        return doc
 
     def _usage(self, usage) -> int | None:
         if not isinstance(usage, dict):
