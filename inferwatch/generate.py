@@ -90,11 +90,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"all {len(files)} generated file(s) are up to date")
         return 0
-    for rel, text in sorted(files.items()):
+    for rel in stale_files(files, root):
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
-            log.info("wrote %s", rel)
+        path.write_text(files[rel], encoding="utf-8")
+        log.info("wrote %s", rel)
     print(f"generated {len(files)} file(s) under {root.resolve()}")
     return 0
