@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 # RFC 9110 §7.6.1 hop-by-hop fields, plus the ones the HTTP stacks set themselves (Host, framing).
 _HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
                          "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length"))
+# Request fields not copied to the upstream: X-Forwarded-For is rebuilt (client's list + peer address).
+_NOT_FORWARDED = _HOP_BY_HOP | {"x-forwarded-for"}
 CLIENT_CLOSED = 499  # nginx's code for "client closed the request before the answer"
 
 
@@ -84,7 +86,7 @@ class Proxy:
         ex = self.gateway.exchange(request.method, request.path, request.headers, body, started)
         # A multidict, so a header the client repeats reaches the upstream repeated, not collapsed to one.
         headers = CIMultiDict((k, v) for k, v in request.headers.items()
-                              if k.lower() not in _HOP_BY_HOP and k.lower() != "x-forwarded-for")
+                              if k.lower() not in _NOT_FORWARDED)
         forwarded = ", ".join(request.headers.getall("X-Forwarded-For", ()))
         if request.remote:
             forwarded = f"{forwarded}, {request.remote}" if forwarded else request.remote
