@@ -114,8 +114,9 @@ def run(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     registry.register(collector)
     ProcessCollector(registry=registry)
-    collector.start()
+    # Bind first: a port that cannot be had fails start-up before any poll runs (and logs).
     server, _thread = start_http_server(args.port, addr=args.host, registry=registry)
+    collector.start()
     log.info("triton collector on http://%s:%d/metrics polling %s every %gs", args.host, args.port,
              ", ".join(t.name for t in targets), interval)
     stop = threading.Event()
