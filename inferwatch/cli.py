@@ -108,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     setup_logging(args.verbose)
+    return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run `args.func(args)`, mapping every expected failure to one stderr line and an exit code."""
     try:
         return int(args.func(args) or 0)
     except (SpecError, UsageError) as exc:

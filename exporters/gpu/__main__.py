@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from inferwatch.cli import UsageError, setup_logging
+from inferwatch.cli import run_command, setup_logging
 from inferwatch.exporters.gpu import cli
-from inferwatch.specload import SpecError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,13 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.register(sub)
     args = parser.parse_args(["gpu", *(sys.argv[1:] if argv is None else argv)])
     setup_logging(args.verbose)
-    try:
-        return cli.run(args)
-    except (SpecError, UsageError) as exc:
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command(args)
 
 
 if __name__ == "__main__":
