@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 from pathlib import Path
 
 from inferwatch.cli import UsageError, add_service_args, add_spec_arg
@@ -68,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         return _outbox(spec, args)
     from inferwatch.notifier.service import NotifierService
 
+    if args.spec:
+        # Enrichment hooks (e.g. inferwatch.triage.hook) read the same spec the notifier runs with.
+        os.environ.setdefault("INFERWATCH_SPEC", str(Path(args.spec).resolve()))
     NotifierService(spec, args.data_dir, args.host, args.port).serve_forever()
     return 0
 

@@ -105,3 +105,11 @@ def test_scoped_values_match_literally(prometheus):
     assert prometheus.query(scoped(expr, {"model": "llm.capacity"})) == []
     assert prometheus.query(scoped(expr, {"model": "llm-.*"})) == []
     assert int(prometheus.query(scoped(expr, {}))[0]["value"][1]) >= 3  # absent label: every model
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+def test_rate_windows_follow_the_spec_not_a_literal_5m(page):
+    """Queries mirroring the rules use $rate_window, so a spec with short windows (the demo) is triaged
+    over the same stretch of time its alerts judged."""
+    runbook = load_runbook(page)
+    assert not [q.name for q in runbook.queries.values() if "[5m]" in q.expr]

@@ -96,6 +96,12 @@ def test_scoping_escapes_for_re2_and_promql():
     assert scoped(expr, {}) == 'x{m=~".*", u!~""}'
 
 
+def test_scoping_uses_the_rules_rate_window():
+    expr = 'rate(x{m=~"{{ $labels.model }}"}[$rate_window])'
+    assert scoped(expr, {"model": "m"}) == 'rate(x{m=~"m"}[5m])'
+    assert scoped(expr, {"model": "m"}, rate_window="20s") == 'rate(x{m=~"m"}[20s])'
+
+
 @pytest.mark.parametrize("value, unit, shown", [
     (None, "seconds", "no data"), (0.0123, "seconds", "12 ms"), (2.5, "seconds", "2.50 s"),
     (0.873, "ratio", "87.3 %"), (3 * 2**30, "bytes", "3.00 GiB"), (2048, "mib", "2.00 GiB"), (86, "celsius", "86 °C"),

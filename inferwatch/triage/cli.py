@@ -123,7 +123,8 @@ def _run(args: argparse.Namespace) -> int:
     results: list[AlertTriage] = []
     for name, alert_labels, url in targets:
         results.append(triage_alert(name, alert_labels, runbooks.get(name), source,
-                                    url or f"{spec.runbook_base_url}{name}.md"))
+                                    url or f"{spec.runbook_base_url}{name}.md",
+                                    rate_window=str(spec.prometheus.rate_window)))
     if all(e.result.error and "unreachable" in e.result.error for r in results for e in r.evidence) \
             and any(r.evidence for r in results):
         return _fail(args, f"Prometheus at {prometheus_url} stopped answering during triage")

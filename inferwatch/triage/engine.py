@@ -14,7 +14,7 @@ from typing import Mapping
 
 from inferwatch.triage.condition import ConditionError, evaluate
 from inferwatch.triage.evidence import Runbook
-from inferwatch.triage.scope import scoped
+from inferwatch.triage.scope import DEFAULT_RATE_WINDOW, scoped
 from inferwatch.triage.sources import PrometheusSource, QueryResult
 
 __all__ = ["Evidence", "MatchedFinding", "AlertTriage", "triage_alert", "format_value"]
@@ -95,7 +95,7 @@ def format_value(value: float | None, unit: str) -> str:
 
 
 def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None, source: PrometheusSource,
-                 runbook_url: str, max_workers: int = 8) -> AlertTriage:
+                 runbook_url: str, max_workers: int = 8, rate_window: str = DEFAULT_RATE_WINDOW) -> AlertTriage:
     """Run `runbook`'s queries (concurrently, at most `max_workers` at a time) scoped to `labels` and
     evaluate its findings. Never raises for a failing query: its error is kept on its Evidence."""
     result = AlertTriage(alert, dict(labels), runbook_url)
@@ -104,7 +104,7 @@ def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None,
         return result
     queries = list(runbook.queries.values())
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(queries)))) as pool:
-        answers = list(pool.map(lambda q: source.query(q.name, scoped(q.expr, labels)), queries))
+        answers = list(pool.map(lambda q: source.query(q.name, scoped(q.expr, labels, rate_window)), queries))
     result.evidence = [Evidence(a, q.unit, q.help) for q, a in zip(queries, answers)]
     values = {e.result.name: e.result.value for e in result.evidence}
     shown = {e.result.name: e.shown for e in result.evidence}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from inferwatch.triage.engine import triage_alert
+from inferwatch.triage.scope import DEFAULT_RATE_WINDOW
 from inferwatch.triage.evidence import Runbook, load_runbooks
 from inferwatch.triage.sources import PrometheusSource
 
@@ -33,7 +34,7 @@ MAX_ALERTS_TRIAGED = 3
 
 
 def top_finding_for(labels: Mapping[str, str], prometheus_url: str, runbooks: Mapping[str, Runbook],
-                    timeout: float = DEFAULT_TIMEOUT_SECONDS) -> str | None:
+                    timeout: float = DEFAULT_TIMEOUT_SECONDS, rate_window: str = DEFAULT_RATE_WINDOW) -> str | None:
     """'likely cause: <cause> (<layer>): <summary>' for the alert with `labels`, or None. Each HTTP call
     is bounded by `timeout` and never retried, so a dead Prometheus fails in milliseconds."""
     name = labels.get("alertname", "")
@@ -41,7 +42,7 @@ def top_finding_for(labels: Mapping[str, str], prometheus_url: str, runbooks: Ma
     if runbook is None:
         return None
     source = PrometheusSource(prometheus_url, timeout=timeout, retries=0)
-    result = triage_alert(name, labels, runbook, source, runbook_url="")
+    result = triage_alert(name, labels, runbook, source, runbook_url="", rate_window=rate_window)
     if result.top is None:
         return None
     # Parentheses, not brackets: WeCom's markdown escaping turns [ ] into full-width ［ ］, so a bracketed
@@ -79,27 +80,27 @@ _state: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
-def _configured() -> tuple[str, dict[str, Runbook]]:
+def _configured() -> tuple[str, dict[str, Runbook], str]:
     with _lock:
         if "runbooks" not in _state:
-            url = os.environ.get("INFERWATCH_PROMETHEUS_URL")
-            if not url:
-                from inferwatch.spec import load_spec
+            from inferwatch.spec import load_spec
 
-                url = load_spec(os.environ.get("INFERWATCH_SPEC")).targets.prometheus
-            _state["url"], _state["runbooks"] = url, load_runbooks()
-        return _state["url"], _state["runbooks"]
+            spec = load_spec(os.environ.get("INFERWATCH_SPEC"))
+            _state["url"] = os.environ.get("INFERWATCH_PROMETHEUS_URL") or spec.targets.prometheus
+            _state["rate_window"] = str(spec.prometheus.rate_window)
+            _state["runbooks"] = load_runbooks()
+        return _state["url"], _state["runbooks"], _state["rate_window"]
 
 
 def top_finding(notification: Any) -> str:
     """Notifier hook: the top finding of the first firing alert of `notification` (its `.alerts`, each with
     `.status` and `.labels`) that has a runbook page and a finding; '' when there is none."""
-    url, runbooks = _configured()
+    url, runbooks, rate_window = _configured()
     candidates = [a for a in getattr(notification, "alerts", [])
                   if getattr(a, "status", "firing") == "firing" and a.labels.get("alertname") in runbooks]
     # A storm-coalesced notification may hold thousands of alerts; the first few are enough for one line.
     for alert in candidates[:MAX_ALERTS_TRIAGED]:
-        text = top_finding_for(alert.labels, url, runbooks)
+        text = top_finding_for(alert.labels, url, runbooks, rate_window=rate_window)
         if text:
             return text
     return ""

@@ -26,9 +26,15 @@ def regex_literal(value: str) -> str:
 _IN_NEGATIVE_MATCHER = re.compile(r'!~\s*"[^"]*$')
 
 
-def scoped(expr: str, labels: Mapping[str, str]) -> str:
-    """`expr` with every placeholder replaced by the escaped label value. An absent label becomes `.*` in a
+RATE_WINDOW = "$rate_window"  # stands for the spec's prometheus.rate_window, as in the generated rules
+DEFAULT_RATE_WINDOW = "5m"
+
+
+def scoped(expr: str, labels: Mapping[str, str], rate_window: str = DEFAULT_RATE_WINDOW) -> str:
+    """`expr` with every placeholder replaced by the escaped label value, and `$rate_window` by the rules'
+    rate window (so triage judges the same stretch of time the alert did). An absent label becomes `.*` in a
     `=~` matcher (all series) and the empty string in a `!~` matcher (excludes only series without it)."""
+    expr = expr.replace(RATE_WINDOW, rate_window)
     def repl(m: re.Match) -> str:
         value = labels.get(m.group(1))
         if value:
