@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from inferwatch.generate import render_all
@@ -16,6 +17,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def unresolved_secrets(spec) -> list[str]:
+    """'field.path: why' for every channel/notifier secret that does not resolve in this environment."""
+    found = []
+    secrets = [s for c in spec.channels.values() for s in (c.url, c.routing_key, *c.headers.values())]
+    secrets += [spec.notifier.bearer_token, spec.notifier.basic_auth_password]
+    for secret in secrets:
+        if secret is None:
+            continue
+        try:
+            secret.reveal()
+        except SpecError as exc:
+            found.append(str(exc))
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
     file = args.spec or (DEFAULT_SPEC_PATH if Path(DEFAULT_SPEC_PATH).exists() else None)
     spec = load_spec(file)
@@ -26,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as exc:
         raise exc.with_file(file or "built-in defaults") from None
     name = file or f"built-in defaults (no --spec and no ./{DEFAULT_SPEC_PATH})"
+    # Secrets are often only present where the notifier runs, so an unresolved one is a warning here;
+    # `inferwatch notifier` itself refuses to start without them.
+    for warning in unresolved_secrets(spec):
+        print(f"warning: {warning} (the notifier will not start without it)", file=sys.stderr)
     print(f"{name}: OK ({len(spec.targets.triton)} Triton target(s), "
           f"{len(spec.tiers)} tier(s), {len(spec.tenants)} tenant(s), {len(spec.channels)} channel(s), "
           f"{len(spec.routes)} route(s))")

@@ -10,6 +10,7 @@ import argparse
 import errno
 import importlib
 import logging
+import os
 import re
 import sys
 
@@ -121,6 +122,11 @@ def run_command(args: argparse.Namespace) -> int:
     except StackError as exc:
         print(f"inferwatch: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): not an error. Point stdout at /dev/null so the interpreter's
+        # final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (OSError, OverflowError) as exc:
         # A port in use, a non-local --host, an unusable data directory: configuration, not a crash.
         print(f"inferwatch: error: {describe_os_error(exc, args)}", file=sys.stderr)

@@ -85,8 +85,10 @@ def run(args: argparse.Namespace) -> int:
                 for line in list(diff)[:20]:
                     print("  " + line, file=sys.stderr)
         if stale:
-            print(f"{len(stale)} of {len(files)} generated file(s) are stale: run `inferwatch generate"
-                  f"{' --spec ' + args.spec if args.spec else ''}`", file=sys.stderr)
+            again = "".join(f" {flag} {value}" for flag, value in (("--spec", args.spec), ("--out", args.out))
+                            if value and value != ".")
+            print(f"{len(stale)} of {len(files)} generated file(s) are stale: run `inferwatch generate{again}`",
+                  file=sys.stderr)
             return 1
         print(f"all {len(files)} generated file(s) are up to date")
         return 0

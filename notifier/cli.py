@@ -115,9 +115,13 @@ def _outbox(spec, args) -> int:
         if row is None:
             raise UsageError(f"no delivery with id {args.id} in {path}")
         if row.channel not in spec.channels:
-            raise UsageError(f"delivery {args.id} is for channel {row.channel!r}, which the spec does not declare "
-                             "(an unrouted alert: add a route or notifier.unrouted_receivers; Alertmanager "
-                             "re-sends it at its repeat_interval)")
+            if row.channel != "unrouted":
+                raise UsageError(f"delivery {args.id} is for channel {row.channel!r}, which "
+                                 f"{args.spec or 'the spec in use (no --spec: ./inferwatch.yaml or built-in defaults)'}"
+                                 " does not declare: pass the notifier's --spec")
+            raise UsageError(f"delivery {args.id} is an unrouted alert, for a channel the spec does not declare: "
+                             "add a route or notifier.unrouted_receivers; Alertmanager re-sends it at its "
+                             "repeat_interval")
         try:
             d = outbox.retry(args.id, force=args.force)
         except KeyError:

@@ -8,7 +8,8 @@ server on one loopback port serves all four; each provider keeps its own state a
   "hang"        hold the request for `hang_s` seconds (a provider that stops answering), then 503
   "rate_limit"  the provider's throttling answer (429, or WeCom errcode 45009)
   "bad_key"     the provider's answer to a wrong key/URL
-Facts: research/alerting.md §5 (PagerDuty §5.1, Slack §5.2, WeCom §5.3).
+Facts: PagerDuty Events API v2, Slack incoming webhooks and WeCom group robot documentation (limits and
+error answers as named constants in inferwatch/notifier/channels/).
 """
 
 from __future__ import annotations

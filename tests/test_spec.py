@@ -128,3 +128,24 @@ def test_check_runs_the_generators_and_names_the_file(yaml_text, expected, comma
     assert main([*command, "--spec", str(f), *(["--out", str(tmp_path)] if command[0] == "generate" else [])]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"inferwatch: error: {f}: {expected}")
+
+
+def test_cli_check_warns_about_secrets_that_do_not_resolve_here(tmp_path, capsys, monkeypatch):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("channels:\n  slack:\n    type: slack\n    url: ${CHECK_TEST_SLACK_URL}\n")
+    monkeypatch.delenv("CHECK_TEST_SLACK_URL", raising=False)
+    assert main(["check", "--spec", str(spec)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: channels.slack.url: environment variable CHECK_TEST_SLACK_URL is not set" in err
+    monkeypatch.setenv("CHECK_TEST_SLACK_URL", "https://hooks.example/x")
+    assert main(["check", "--spec", str(spec)]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_generate_check_hint_repeats_spec_and_out(tmp_path, capsys):
+    out = tmp_path / "gen"
+    spec = str(REPO_ROOT / "inferwatch.yaml")
+    assert main(["generate", "--spec", spec, "--out", str(out), "--check"]) == 1
+    assert f"run `inferwatch generate --spec {spec} --out {out}`" in capsys.readouterr().err
+    assert main(["generate", "--spec", spec, "--out", str(out)]) == 0
+    assert main(["generate", "--spec", spec, "--out", str(out), "--check"]) == 0
