@@ -150,4 +150,5 @@ def test_generate_check_hint_quotes_the_whole_command(tmp_path, capsys):
     spec = str(REPO_ROOT / "inferwatch.yaml")
     assert main(["generate", "--spec", spec, "--out", str(tmp_path), "--check"]) == 1
     err = capsys.readouterr().err
-    assert f"run `inferwatch generate --spec {spec}`" in err
+    # The whole command: following the hint must regenerate the same folder, not the repository's files.
+    assert f"run `inferwatch generate --spec {spec} --out {tmp_path}`" in err

@@ -141,11 +141,3 @@ def test_cli_check_warns_about_secrets_that_do_not_resolve_here(tmp_path, capsys
     assert main(["check", "--spec", str(spec)]) == 0
     assert "warning" not in capsys.readouterr().err
 
-
-def test_generate_check_hint_repeats_spec_and_out(tmp_path, capsys):
-    out = tmp_path / "gen"
-    spec = str(REPO_ROOT / "inferwatch.yaml")
-    assert main(["generate", "--spec", spec, "--out", str(out), "--check"]) == 1
-    assert f"run `inferwatch generate --spec {spec} --out {out}`" in capsys.readouterr().err
-    assert main(["generate", "--spec", spec, "--out", str(out)]) == 0
-    assert main(["generate", "--spec", spec, "--out", str(out), "--check"]) == 0
