@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
+from golden import assert_matches_golden, promtool_check_metrics
 from inferwatch.exporters.gpu.metrics import CollectionStats, XidCounts, build_families
 from inferwatch.exporters.gpu.nvml import MemoryInfo, RemappedRows
-from inferwatch.exporters.gpu.reading import GpuIdentity, GpuReading, MigReading, Snapshot
+from inferwatch.exporters.gpu.reading import (
+    GpuIdentity,
+    GpuReading,
+    MigReading,
+    Snapshot,
+)
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 GOLDEN = Path(__file__).parent / "golden" / "gpu_exporter.metrics"
 MIB = 1024 * 1024
@@ -173,16 +175,11 @@ def test_no_nvml_exports_zero_devices():
 
 
 def test_golden_metrics_text():
-    text = _render(_fleet())
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text(), "golden /metrics changed; rerun with UPDATE_GOLDEN=1 if intended"
+    assert_matches_golden(_render(_fleet()), GOLDEN)
 
 
 def test_golden_passes_promtool_check_metrics():
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool missing: apt-get install prometheus (make system-deps)"
-    proc = subprocess.run([promtool, "check", "metrics"], input=GOLDEN.read_text(), capture_output=True, text=True)
+    proc = promtool_check_metrics(GOLDEN)
     # dcgm-exporter compatibility fixes some names promtool's linter dislikes (camelCase labels such as
     # modelName/UUID/Hostname; "COUNTER" inside DCGM_FI_DEV_PCIE_REPLAY_COUNTER). Those lints, and only
     # those, are accepted: a parse error or any other lint fails.

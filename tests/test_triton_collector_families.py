@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
-from inferwatch.exporters.triton.families import REASON_MAX_CHARS, build_families, cap_reason
+from golden import assert_matches_golden, promtool_check_metrics
+from inferwatch.exporters.triton.families import (
+    REASON_MAX_CHARS,
+    build_families,
+    cap_reason,
+)
 from inferwatch.exporters.triton.snapshot import (
-    ModelConfigFigures, ModelVersionState, PollError, TritonSnapshot, parse_batch_stats, parse_config,
+    ModelConfigFigures,
+    ModelVersionState,
+    PollError,
+    TritonSnapshot,
+    parse_batch_stats,
+    parse_config,
     parse_index,
 )
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 GOLDEN = Path(__file__).parent / "golden" / "triton_collector.metrics"
 
@@ -126,15 +132,9 @@ def test_families_from_literal_snapshots():
 
 def test_golden_metrics_text():
     snaps, errors = _fleet()
-    text = _render(snaps, errors)
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text(), "golden /metrics changed; rerun with UPDATE_GOLDEN=1 if intended"
+    assert_matches_golden(_render(snaps, errors), GOLDEN)
 
 
 def test_golden_passes_promtool_check_metrics():
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool missing: apt-get install prometheus (make system-deps)"
-    proc = subprocess.run([promtool, "check", "metrics"], input=GOLDEN.read_text(), capture_output=True,
-                          text=True)
+    proc = promtool_check_metrics(GOLDEN)
     assert proc.returncode == 0, proc.stdout + proc.stderr
