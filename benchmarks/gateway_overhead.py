@@ -31,7 +31,7 @@ from aiohttp import web
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from inferwatch.stack.process import ManagedProcess, free_port, http_ok  # noqa: E402
+from inferwatch.testing.process import ManagedProcess, free_port, http_ok  # noqa: E402
 
 NGINX_CONF = """
 worker_processes 1;

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from inferwatch.exporters.gpu.collector import GpuCollector  # noqa: E402
 from inferwatch.exporters.gpu.scenario import parse_scenario  # noqa: E402
 from inferwatch.exporters.gpu.sim import SimNvml  # noqa: E402
-from inferwatch.stack.process import ManagedProcess, free_port, http_ok  # noqa: E402
+from inferwatch.testing.process import ManagedProcess, free_port, http_ok  # noqa: E402
 
 
 def _scenario(gpus: int) -> dict:

@@ -25,7 +25,7 @@ from pathlib import Path
 import requests
 
 from inferwatch.notifier.service import NotifierService
-from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import spec_from_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

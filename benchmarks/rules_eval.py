@@ -31,8 +31,8 @@ sys.path.insert(0, str(REPO))
 from inferwatch.exporters.gateway.metrics import ITL_BUCKETS, OUTPUT_TOKENS_BUCKETS, TTFT_BUCKETS  # noqa: E402
 from inferwatch.rules.generate import outputs  # noqa: E402
 from inferwatch.spec import load_spec, spec_from_dict  # noqa: E402
-from inferwatch.stack.process import free_port  # noqa: E402
-from inferwatch.stack.prometheus import start_prometheus  # noqa: E402
+from inferwatch.testing.process import free_port  # noqa: E402
+from inferwatch.testing.prometheus import start_prometheus  # noqa: E402
 
 
 def _fmt_le(b: float) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import requests
 
-from inferwatch.stack.triton import start_triton
+from inferwatch.testing.triton import start_triton
 from inferwatch.traffic import infer_classifier
 
 OUT = Path(__file__).parent / "data" / "triton_capture.json"

@@ -57,10 +57,10 @@ def measure(url: str, metrics_url: str, models: int) -> dict:
 
 
 def run_one(models: int) -> dict:
-    from inferwatch.stack.process import free_port, http_ok
+    from inferwatch.testing.process import free_port, http_ok
 
     if models == 1:
-        from inferwatch.stack.triton import start_triton
+        from inferwatch.testing.triton import start_triton
 
         with tempfile.TemporaryDirectory() as tmp:
             server = start_triton(Path(tmp), extra_args=["--model-control-mode=explicit", "--load-model=classifier"],

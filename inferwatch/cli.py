@@ -14,9 +14,8 @@ import os
 import re
 import sys
 
-from inferwatch.errors import UsageError
+from inferwatch.errors import StackError, UsageError
 from inferwatch.specload import SpecError
-from inferwatch.stack.process import StackError
 
 # Top-level subcommands, in the order --help lists them. Each module defines register(subparsers).
 COMMANDS = [

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from inferwatch.stack.alertmanager import start_alertmanager
-from inferwatch.stack.process import StackError
-from inferwatch.stack.prometheus import start_prometheus
-from inferwatch.stack.triton import EXAMPLE_MODEL_REPOSITORY, start_triton
+from inferwatch.testing.alertmanager import start_alertmanager
+from inferwatch.errors import StackError
+from inferwatch.testing.prometheus import start_prometheus
+from inferwatch.testing.triton import EXAMPLE_MODEL_REPOSITORY, start_triton
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,10 +6,10 @@ import json
 import time
 from pathlib import Path
 
-from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import spec_from_dict
 
-FIXTURE = Path("/work/shared/fixtures/alertmanager-0.25-webhook-truncated.json")
+FIXTURE = Path(__file__).parent / "fixtures" / "alertmanager-0.25-webhook-truncated.json"
 TOKEN = "test-notifier-token-7f3a9c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

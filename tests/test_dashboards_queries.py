@@ -25,8 +25,8 @@ import yaml
 from inferwatch.dashboards.generate import DASHBOARDS, dashboards
 from inferwatch.rules.promconfig import prometheus_config
 from inferwatch.spec import load_spec, spec_from_dict
-from inferwatch.stack.process import ManagedProcess, free_port, http_ok
-from inferwatch.stack.prometheus import start_prometheus
+from inferwatch.testing.process import ManagedProcess, free_port, http_ok
+from inferwatch.testing.prometheus import start_prometheus
 from inferwatch.traffic import TrafficLoop, infer_classifier, stream_toy_llm
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import yaml
 
 from inferwatch.demo.config import DEMO_SPEC, SIM_GPU_NODE, prepare
 from inferwatch.demo.scenario import MARGIN_S, Bounds
-from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import load_spec
 
 

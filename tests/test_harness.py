@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import requests
 
-from inferwatch.stack.prometheus import write_config
+from inferwatch.testing.prometheus import write_config
 from inferwatch.traffic import infer_classifier, stream_toy_llm
 
 

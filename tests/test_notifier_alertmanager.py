@@ -13,7 +13,7 @@ import yaml
 
 from inferwatch.notifier.alertmanager_config import PATH, outputs
 from inferwatch.notifier.service import NotifierService
-from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import load_spec, spec_from_dict
 
 from conftest import REPO_ROOT

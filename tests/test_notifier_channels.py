@@ -14,7 +14,7 @@ from inferwatch.notifier.channels.base import (classify_http, fit_lines, redact,
                                                utf8_len)
 from inferwatch.notifier.channels.pagerduty import dedup_key
 from inferwatch.notifier.model import Notification, message_from_dict
-from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.testing.channels import ProviderSimulators
 
 from notifier_support import fixture_body, make_spec, webhook
 

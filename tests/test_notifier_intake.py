@@ -14,7 +14,7 @@ from inferwatch.cli import main
 from inferwatch.notifier.outbox import OutboxError
 from inferwatch.notifier.routing import Router
 from inferwatch.notifier.service import NotifierService
-from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.testing.channels import ProviderSimulators
 
 from conftest import REPO_ROOT
 from notifier_support import AUTH, TOKEN, fixture_body, make_spec, spec_data, wait_for, webhook

@@ -11,7 +11,7 @@ import requests
 
 from inferwatch.cli import main
 from inferwatch.notifier.service import NotifierService
-from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import spec_from_dict
 from inferwatch.specload import SpecError
 

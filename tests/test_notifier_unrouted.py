@@ -12,7 +12,7 @@ import requests
 from inferwatch.cli import main
 from inferwatch.notifier.routing import Router
 from inferwatch.notifier.service import NotifierService
-from inferwatch.notifier.simulators import ProviderSimulators
+from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import spec_from_dict
 from inferwatch.specload import SpecError
 

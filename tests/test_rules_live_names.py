@@ -15,7 +15,7 @@ import yaml
 from inferwatch.rules.generate import outputs
 from inferwatch.rules.metricrefs import metric_names, rule_metric_names
 from inferwatch.spec import load_spec, spec_from_dict
-from inferwatch.stack.process import ManagedProcess, StackError, free_port, http_ok
+from inferwatch.testing.process import ManagedProcess, StackError, free_port, http_ok
 from inferwatch.traffic import infer_classifier
 
 REPO = Path(__file__).resolve().parents[1]

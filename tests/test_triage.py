@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from inferwatch import cli
-from inferwatch.stack.process import free_port
+from inferwatch.testing.process import free_port
 from triage_scenarios import SITUATIONS, TTFT_P95_SECONDS, start_prepared_prometheus
 
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from inferwatch.stack.process import free_port
+from inferwatch.testing.process import free_port
 from inferwatch.triage import hook
 from triage_scenarios import start_prepared_prometheus
 

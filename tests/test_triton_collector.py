@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferwatch.exporters.triton.collector import TritonCollector
 from inferwatch.exporters.triton.reader import TargetConfig
-from inferwatch.stack.process import ManagedProcess, free_port, http_ok
-from inferwatch.stack.triton import EXAMPLE_MODEL_REPOSITORY
+from inferwatch.testing.process import ManagedProcess, free_port, http_ok
+from inferwatch.testing.triton import EXAMPLE_MODEL_REPOSITORY
 from inferwatch.traffic import infer_classifier
 
 TOKEN = "s3cret-token"

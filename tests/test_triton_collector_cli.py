@@ -16,8 +16,8 @@ from inferwatch.exporters.triton.cli import build_targets
 from inferwatch.exporters.triton.scrape import scrape_configs
 from inferwatch.spec import load_spec
 from inferwatch.specload import SpecError
-from inferwatch.stack.process import ManagedProcess, free_port, http_ok
-from inferwatch.stack.prometheus import write_config
+from inferwatch.testing.process import ManagedProcess, free_port, http_ok
+from inferwatch.testing.prometheus import write_config
 
 # The console script, not `python -m inferwatch.cli` (that would load cli.py twice: as __main__ and as
 # inferwatch.cli, so UsageError raised by a subcommand would not be the class main() catches).

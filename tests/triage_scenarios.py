@@ -12,8 +12,8 @@ import time
 
 from pathlib import Path
 
-from inferwatch.stack.backfill import Series, counter, create_blocks, gauge, write_openmetrics
-from inferwatch.stack.prometheus import PrometheusServer, start_prometheus, write_config
+from inferwatch.testing.backfill import Series, counter, create_blocks, gauge, write_openmetrics
+from inferwatch.testing.prometheus import PrometheusServer, start_prometheus, write_config
 
 # TTFT distribution every situation shares at the gateway: cumulative fraction of requests per bucket
 # edge. P95 interpolates to 0.3 + (0.95 - 0.8) / 0.2 * 0.7 = 0.825 s, far above the 300 ms realtime target.

@@ -92,7 +92,7 @@ class Demo:
         from inferwatch.demo.scenario import ScenarioRunner
         from inferwatch.demo.services import DemoStack
         from inferwatch.demo.workload import Workload
-        from inferwatch.notifier.simulators import ProviderSimulators
+        from inferwatch.testing.channels import ProviderSimulators
 
         started = time.time()
         deadline = started + self.duration
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _interrupt)
     if not getattr(args, "verbose", False):
         # The demo prints its own progress; per-process start/stop log lines would only interleave with it.
-        logging.getLogger("inferwatch.stack").setLevel(logging.WARNING)
+        logging.getLogger("inferwatch.testing").setLevel(logging.WARNING)
     demo = Demo(Path(args.workdir), args.duration, nvml=args.nvml,
                 spec_path=Path(args.spec) if args.spec else None)
     result = demo.run(keep_running=args.keep_running)

@@ -15,8 +15,8 @@ import yaml
 
 from inferwatch.generate import render_all
 from inferwatch.spec import Spec, load_spec
-from inferwatch.stack.process import free_port
-from inferwatch.stack.triton import REPO_ROOT
+from inferwatch.testing.process import free_port
+from inferwatch.testing.triton import REPO_ROOT
 
 DEMO_SPEC = REPO_ROOT / "examples" / "demo" / "inferwatch.demo.yaml"
 HOST = "127.0.0.1"

@@ -1,8 +1,8 @@
 """Start every part of the demo as a real process on loopback, wait for each to be ready, stop them all.
 
-Triton, Prometheus and Alertmanager come from inferwatch.stack; the gateway, the Triton collector, the GPU
+Triton, Prometheus and Alertmanager come from inferwatch.testing; the gateway, the Triton collector, the GPU
 exporter and the notifier are `python -m inferwatch ...` processes started the way a user would start them.
-Only the channel providers (PagerDuty, Slack, WeCom) are simulated, in-process (notifier/simulators.py).
+Only the channel providers (PagerDuty, Slack, WeCom) are simulated, in-process (inferwatch/testing/channels.py).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from inferwatch.demo.config import HOST, SIM_GPU_NODE, DemoConfig
-from inferwatch.stack.alertmanager import start_alertmanager
-from inferwatch.stack.process import ManagedProcess, StackError, http_ok
-from inferwatch.stack.prometheus import start_prometheus
-from inferwatch.stack.triton import EXAMPLE_MODEL_REPOSITORY, REPO_ROOT, start_triton
+from inferwatch.testing.alertmanager import start_alertmanager
+from inferwatch.testing.process import ManagedProcess, StackError, http_ok
+from inferwatch.testing.prometheus import start_prometheus
+from inferwatch.testing.triton import EXAMPLE_MODEL_REPOSITORY, REPO_ROOT, start_triton
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,9 @@ from typing import Callable, Sequence
 
 import requests
 
+from inferwatch.errors import StackError
+
 log = logging.getLogger(__name__)
-
-
-class StackError(RuntimeError):
-    """A server could not be started (binary missing, crashed, never became ready)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -14,7 +14,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from inferwatch.stack.process import ManagedProcess, StackError, free_port, http_ok
+from inferwatch.testing.process import ManagedProcess, StackError, free_port, http_ok
 
 INSTALL_HINT = "pip install 'nvidia-pytriton==0.7.0' (or: make test / make demo, which install it)"
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable
 
-from inferwatch.stack.process import StackError, require_binary
+from inferwatch.testing.process import StackError, require_binary
 
 __all__ = ["Series", "counter", "gauge", "write_openmetrics", "create_blocks"]
 

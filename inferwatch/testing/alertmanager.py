@@ -7,7 +7,7 @@ from pathlib import Path
 
 import requests
 
-from inferwatch.stack.process import ManagedProcess, free_port, http_ok, require_binary
+from inferwatch.testing.process import ManagedProcess, free_port, http_ok, require_binary
 
 INSTALL_HINT = "apt-get update && apt-get install -y prometheus-alertmanager  (or: make test, which installs it)"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from inferwatch.stack.process import ManagedProcess, StackError, free_port, http_ok, require_binary
+from inferwatch.testing.process import ManagedProcess, StackError, free_port, http_ok, require_binary
 
 INSTALL_HINT = "apt-get update && apt-get install -y prometheus  (or: make test, which installs it)"
 
