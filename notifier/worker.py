@@ -8,6 +8,11 @@ ok → delivered; retryable → retried after exponential backoff with jitter (c
 until `max_delivery_age`, then dead-lettered (reason max_age); permanent → dead-lettered at once with the
 channel's reason. A provider "too long" answer gets one immediate resend at half the size budget.
 Backoff: "exponential backoff and jitter" (AWS Architecture Blog, 2015), the equal-jitter variant.
+
+Outcomes are not written by the sending thread: it hands them to the OutcomeRecorder, which writes them in
+batches, and the rows stay out of every later pass until their outcome is on disk. So a delivery whose
+outcome cannot be written (disk full) is never sent again by this process, whatever the disk does; only a
+restart before the write succeeds sends it once more (at-least-once).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from inferwatch.notifier.channels import DIGEST_KINDS, default_rate
 from inferwatch.notifier.channels.base import Channel, DeliveryResult
 from inferwatch.notifier.metrics import NotifierMetrics
 from inferwatch.notifier.model import Notification
-from inferwatch.notifier.outbox import Delivery, Outbox
+from inferwatch.notifier.outbox import Delivery, Outbox, Outcome
 from inferwatch.notifier.ratelimit import RateLimiter
+from inferwatch.notifier.ratelog import ConditionLog
+from inferwatch.notifier.recorder import OutcomeRecorder
 from inferwatch.spec import Spec
 
 log = logging.getLogger(__name__)
@@ -65,9 +72,12 @@ class DeliveryWorker:
         self._threads: list[threading.Thread] = []
         self._enrich_pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="enrich")
         self._enrichers: dict[str, Callable] = {}
+        self.recorder = OutcomeRecorder(outbox, metrics, on_written=self.wake)
+        self._errors = ConditionLog(log)
 
     # ------------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        self.recorder.start()
         for name in self.channels:
             t = threading.Thread(target=self._run, args=(name,), name=f"deliver-{name}", daemon=True)
             t.start()
@@ -79,6 +89,7 @@ class DeliveryWorker:
             ev.set()
         for t in self._threads:
             t.join(timeout)
+        self.recorder.stop(timeout)
         self._enrich_pool.shutdown(wait=False, cancel_futures=True)
 
     def wake(self, channel: str | None = None) -> None:
@@ -92,7 +103,7 @@ class DeliveryWorker:
             try:
                 delay = self.step(name)
             except Exception:  # never let one bad pass kill the channel's thread
-                log.exception("delivery pass for channel %s failed", name)
+                self._errors.log(name, logging.ERROR, "delivery pass for channel %s failed", name, exc_info=True)
                 delay = IDLE_POLL_S
             if delay > 0:
                 self._wake[name].wait(min(delay, IDLE_POLL_S))
@@ -102,23 +113,27 @@ class DeliveryWorker:
     def step(self, name: str) -> float:
         """One pass for channel `name`: send at most one message. Returns seconds to wait before the next."""
         now = self.clock()
-        rows = self.outbox.due(name, now, MAX_DIGEST_ROWS)
+        held = self.recorder.held(name)
+        channel = self.channels[name]
+        digest = channel.kind in DIGEST_KINDS
+        limit = 1
+        if digest and (self.outbox.count_due(name, now) - len(held)) * self.limiters[name].spacing_s \
+                > COALESCE_BACKLOG_S:
+            limit = MAX_DIGEST_ROWS
+        rows = self.outbox.due(name, now, limit, exclude=held)
         if not rows:
             nxt = self.outbox.next_due(name)
-            return IDLE_POLL_S if nxt is None else max(0.0, nxt - now)
+            # Due rows that are all held wait for the recorder, which wakes this thread when it has written.
+            return IDLE_POLL_S if nxt is None or nxt <= now else nxt - now
+        if not digest:
+            rows = self._supersede(name, rows[0], held, now)
         rows = self._expire(name, rows, now)
         if not rows:
             return 0.0
         wait = self.limiters[name].wait_time(now)
         if wait > 0:
             return wait
-        channel = self.channels[name]
-        if channel.kind in DIGEST_KINDS:
-            backlog_s = len(rows) * self.limiters[name].spacing_s
-            batch = rows if backlog_s > COALESCE_BACKLOG_S else rows[:1]
-        else:
-            batch = [self._supersede(name, rows, now)]
-        self._deliver(name, channel, batch)
+        self._deliver(name, channel, rows)
         return 0.0
 
     def _expire(self, name: str, rows: list[Delivery], now: float) -> list[Delivery]:
@@ -128,15 +143,15 @@ class DeliveryWorker:
             self._dead(name, old, "max_age", f"still failing after {max_age:.0f}s: {old[0].last_error}", now)
         return [r for r in rows if r not in old]
 
-    def _supersede(self, name: str, rows: list[Delivery], now: float) -> Delivery:
-        """The first due row, after rows of the same group and kind that a newer row replaces are dropped."""
-        first = rows[0]
-        same = [r for r in rows if r.group_key == first.group_key and r.kind == first.kind]
+    def _supersede(self, name: str, first: Delivery, held: frozenset[int], now: float) -> list[Delivery]:
+        """[the newest due row of `first`'s group and kind]; older ones, which it replaces, are dropped."""
+        same = [r for r in self.outbox.pending_of_group(name, first.group_key, first.kind, now) if r.id not in held]
         if len(same) > 1:
             older = same[:-1]
-            self.outbox.finish([r.id for r in older], "superseded", now, "superseded", f"by delivery {same[-1].id}")
+            self.recorder.put(name, Outcome.finished([r.id for r in older], "superseded", now, "superseded",
+                                                     f"by delivery {same[-1].id}"))
             self.metrics.notifications.labels(name, "superseded").inc(len(older))
-        return same[-1]
+        return same[-1:] or [first]
 
     def _deliver(self, name: str, channel: Channel, rows: list[Delivery]) -> None:
         messages = self.outbox.messages(sorted({r.message_id for r in rows}))
@@ -154,7 +169,7 @@ class DeliveryWorker:
         now = self.clock()
         ids = [r.id for r in rows]
         if result.ok:
-            self.outbox.finish(ids, "delivered", now)
+            self.recorder.put(name, Outcome.finished(ids, "delivered", now))
             self.metrics.notifications.labels(name, "delivered").inc(len(rows))
             log.info("delivered %d notification(s) (%d alerts) to %s", len(rows), notification.alert_count(), name)
         elif result.retryable:
@@ -165,7 +180,7 @@ class DeliveryWorker:
             for r in rows:
                 delay = backoff_delay(r.attempts, s.retry_initial.seconds, s.retry_max.seconds, self.rng)
                 schedule.append((r.id, now + max(delay, result.retry_after or 0.0)))
-            self.outbox.reschedule(schedule, result.reason, result.detail)
+            self.recorder.put(name, Outcome.retry(schedule, result.reason, result.detail))
             self.metrics.notifications.labels(name, "retried").inc(len(rows))
             log.warning("delivery to %s failed (%s: %s); %d notification(s) will be retried",
                         name, result.reason, result.detail, len(rows))
@@ -184,7 +199,7 @@ class DeliveryWorker:
         return result
 
     def _dead(self, name: str, rows: list[Delivery], reason: str, detail: str, now: float) -> None:
-        self.outbox.finish([r.id for r in rows], "dead", now, reason, detail)
+        self.recorder.put(name, Outcome.finished([r.id for r in rows], "dead", now, reason, detail))
         self.metrics.notifications.labels(name, "dead_lettered").inc(len(rows))
         self.metrics.dead_letters.labels(name, reason).inc(len(rows))
         log.error("dead-lettered %d notification(s) for %s (%s: %s); replay with `inferwatch notifier outbox "
