@@ -259,8 +259,7 @@ class _Reader:
             raw = _SURROGATE.sub("\ufffd", raw)
             self.repairs.append(Repair("invalid_unicode", path, "lone UTF-16 surrogate replaced by U+FFFD"))
         if len(raw) > MAX_VALUE_CHARS:
-            marker = cut_marker(0, len(raw))
-            keep = MAX_VALUE_CHARS - len(marker) - 2  # room for the cut count's extra digits
+            keep = MAX_VALUE_CHARS - len(cut_marker(len(raw), len(raw)))  # the longest the marker can be
             marker = cut_marker(len(raw) - keep, len(raw))
             self.repairs.append(Repair("value_cut", path, f"{len(raw):,} characters cut to {keep:,}"))
             raw = raw[:keep] + marker
