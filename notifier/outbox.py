@@ -150,6 +150,7 @@ class Outbox:
         self.write_error: str | None = None   # set while writes fail (the last error), None when writable
         self.write_errors: Counter = Counter({op: 0 for op in WRITE_OPERATIONS})
         self._state_lock = threading.Lock()
+        self._on_writable: list[Callable[[], None]] = []
 
     # ---------------------------------------------------------------------------------- write state
     @property
@@ -184,6 +185,12 @@ class Outbox:
             ended, self.write_error = self.write_error is not None, None
         if ended:
             log.warning("the outbox %s can be written again", self.path)
+            for callback in self._on_writable:
+                callback()
+
+    def on_writable(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever a write succeeds after failures (e.g. to retry held writes at once)."""
+        self._on_writable.append(callback)
 
     def probe(self) -> bool:
         """Try a one-row write; True when the outbox can be written (and the write state says so)."""

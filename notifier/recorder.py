@@ -1,10 +1,13 @@
 """The one writer of delivery outcomes: the channel threads hand it what became of each send, it writes them
 to the outbox in batches (one transaction for everything queued), and until an outcome is on disk its rows
-are *held*: the worker leaves them out of every pass, so they are not sent again.
+are *held*: the worker leaves them out of its passes. A finished row (delivered, dead, superseded) is held
+until written, so it is never sent again; a row to retry is held only until its next attempt is due, so a
+retry whose schedule cannot be written still happens (its outcomes queue up and are written in order).
 
 When the outbox cannot be written (disk full, I/O error), the outcomes stay queued and held in memory and the
-write is retried with backoff (RETRY_INITIAL_S doubling to RETRY_MAX_S); the outbox logs the condition once
-when it starts and once when it ends. Memory is bounded by the outbox's pending rows: a held row is never
+write is retried with backoff (RETRY_INITIAL_S doubling to RETRY_MAX_S), and at once when another write
+(intake, the readiness probe) succeeds; the outbox logs the condition once when it starts and once when it
+ends. Memory is bounded by the outbox's pending rows: a held row is never
 picked again, so each row has at most one queued outcome.
 """
 
@@ -19,7 +22,7 @@ from inferwatch.notifier.outbox import Outbox, OutboxError, Outcome
 log = logging.getLogger(__name__)
 
 RETRY_INITIAL_S = 1.0
-RETRY_MAX_S = 30.0
+RETRY_MAX_S = 10.0
 
 
 class OutcomeRecorder:
@@ -28,28 +31,43 @@ class OutcomeRecorder:
         self.metrics = metrics
         self.on_written = on_written or (lambda channel: None)
         self._queue: list[tuple[str, Outcome]] = []
-        self._held: dict[str, set[int]] = {}
+        # channel -> row id -> [held until (inf: until written), outcomes of the row still queued]
+        self._held: dict[str, dict[int, list]] = {}
         self._cond = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._nudged = False
+        outbox.on_writable(self.nudge)
 
     # ------------------------------------------------------------------------------- channel threads
     def put(self, channel: str, outcome: Outcome) -> None:
-        """Queue `outcome`; its rows are held from now until it is written."""
+        """Queue `outcome`; its rows are held from now until it is written (a retry: until it is due)."""
+        until = dict(outcome.schedule) if outcome.state == "pending" else {}
         with self._cond:
             self._queue.append((channel, outcome))
-            self._held.setdefault(channel, set()).update(outcome.ids)
+            held = self._held.setdefault(channel, {})
+            for i in outcome.ids:
+                entry = held.setdefault(i, [0.0, 0])
+                entry[0] = until.get(i, float("inf"))
+                entry[1] += 1
             self._cond.notify()
         self._gauge()
 
-    def held(self, channel: str) -> frozenset[int]:
+    def nudge(self) -> None:
+        """The outbox can be written again: retry held writes now instead of after the backoff."""
         with self._cond:
-            return frozenset(self._held.get(channel, ()))
+            self._nudged = True
+            self._cond.notify()
+
+    def held(self, channel: str, now: float) -> frozenset[int]:
+        """Rows of `channel` the worker must leave out at `now`."""
+        with self._cond:
+            return frozenset(i for i, (until, _) in self._held.get(channel, {}).items() if until > now)
 
     def pending(self) -> int:
         """Deliveries whose outcome is not written yet."""
         with self._cond:
-            return sum(len(ids) for ids in self._held.values())
+            return sum(len(rows) for rows in self._held.values())
 
     # ------------------------------------------------------------------------------------- the thread
     def start(self) -> None:
@@ -81,8 +99,10 @@ class OutcomeRecorder:
                 continue
             if self._stop:
                 break
-            with self._cond:  # wait before the next try; stop() interrupts the wait
-                self._cond.wait(delay)
+            with self._cond:  # wait before the next try; stop() and nudge() interrupt the wait
+                if not self._nudged:
+                    self._cond.wait(delay)
+                self._nudged = False
             delay = min(RETRY_MAX_S, delay * 2)
         self.outbox.close()
 
@@ -95,7 +115,11 @@ class OutcomeRecorder:
         with self._cond:
             del self._queue[:len(batch)]
             for channel, outcome in batch:
-                self._held[channel].difference_update(outcome.ids)
+                held = self._held[channel]
+                for i in outcome.ids:
+                    held[i][1] -= 1
+                    if not held[i][1]:
+                        del held[i]
         self._gauge()
         for channel in {c for c, _ in batch}:
             self.on_written(channel)

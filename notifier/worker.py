@@ -113,7 +113,7 @@ class DeliveryWorker:
     def step(self, name: str) -> float:
         """One pass for channel `name`: send at most one message. Returns seconds to wait before the next."""
         now = self.clock()
-        held = self.recorder.held(name)
+        held = self.recorder.held(name, now)
         channel = self.channels[name]
         digest = channel.kind in DIGEST_KINDS
         limit = 1
