@@ -26,7 +26,11 @@ from inferwatch.notifier.ratelog import ConditionLog
 
 log = logging.getLogger(__name__)
 
-FD_RESERVE = 128     # descriptors kept free for SQLite (3 per thread), channel requests, the loop, stdio
+# asyncio accepts up to `backlog` connections per wake-up and a closed one frees its descriptor only on the
+# next loop iteration, so a burst can hold cap + ACCEPT_BACKLOG descriptors for a moment.
+ACCEPT_BACKLOG = 128
+# Descriptors kept free besides the cap: an accept burst, SQLite (3 per thread), channel requests, the loop.
+FD_RESERVE = ACCEPT_BACKLOG + 128
 SWEEP_INTERVAL_S = 1.0
 
 

@@ -26,7 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from inferwatch.notifier.channels import build_channel
 from inferwatch.notifier.committer import GroupCommitter
-from inferwatch.notifier.connections import ConnectionGuard, connection_cap, raise_fd_limit
+from inferwatch.notifier.connections import ACCEPT_BACKLOG, ConnectionGuard, connection_cap, raise_fd_limit
 from inferwatch.notifier.exposition import metrics_handler
 from inferwatch.notifier.intake import plan
 from inferwatch.notifier.metrics import NotifierMetrics
@@ -234,7 +234,7 @@ class NotifierService:
         self.guard = ConnectionGuard(self._runner.server, max_connections=cap, header_timeout_s=n.header_timeout.seconds,
                                      idle_timeout_s=n.idle_timeout.seconds, metrics=self.metrics)
         self.guard.start()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=512)
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=ACCEPT_BACKLOG)
         await site.start()
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
