@@ -5,8 +5,8 @@ aiohttp's are covered too).
 Where the secrets come from: every spec `Secret.reveal()` registers its value (`${ENV}`, `*_file` or inline),
 so each service's secrets are known before its first request; `register()` adds others. A URL secret is
 registered with the parts libraries print on their own: urllib3 logs `"POST /services/T0/B0/XXXX HTTP/1.1"`
-(path and query, no host), so the user-info, each query value and a token-like last path segment count as
-secrets as well.
+(path and query, no host), so the user-info (and its Basic credential), each key-like query value and a
+token-like last path segment count as secrets as well.
 
 Patterns redacted even when no value was registered (an error body quoting some other URL): query
 credentials (`key=`, `token=`, ...), JSON credential fields, `Authorization:` values, URL user-info and Slack
@@ -15,6 +15,7 @@ webhook tokens.
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import threading
@@ -58,7 +59,8 @@ def secret_parts(value: str) -> set[str]:
     except ValueError:
         return parts
     if password:
-        parts.add(password)
+        # HTTP clients send user-info as a Basic credential: base64("user:password") is as secret.
+        parts.update((password, base64.b64encode(f"{url.username or ''}:{password}".encode()).decode()))
     parts.update(v for _, v in parse_qsl(url.query) if len(v) >= MIN_QUERY_TOKEN_CHARS)
     last = url.path.rstrip("/").rsplit("/", 1)[-1]
     if len(last) >= MIN_PATH_TOKEN_CHARS:
