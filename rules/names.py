@@ -123,6 +123,12 @@ ALERTS: dict[str, AlertInfo] = {
         "L1", ("critical",), "The notifier fails to deliver notifications.", ("component", "signal")),
     "NotifierDeadLetters": AlertInfo(
         "L1", ("critical",), "The notifier gave up on notifications.", ("component",)),
+    "NotifierUnroutedAlerts": AlertInfo(
+        "L1", ("warning",), "The notifier received alerts that no route matched.", ("component",)),
+    "NotifierOutboxUnwritable": AlertInfo(
+        "L1", ("critical",), "The notifier cannot write its outbox.", ("component",)),
+    "NotifierWebhooksRefused": AlertInfo(
+        "L1", ("warning",), "The notifier refused webhooks.", ("component",)),
     "NotifierDown": AlertInfo("L1", ("critical",), "The notifier cannot be scraped.", ("component",)),
 }
 
