@@ -80,7 +80,11 @@ class _OutboxCollector:
         self.outbox = outbox
 
     def describe(self):
-        return []
+        # Names only (no outbox read): the registry indexes them, so `/metrics?name[]=...` finds them.
+        return [GaugeMetricFamily("inferwatch_notifier_outbox_writable", ""),
+                CounterMetricFamily("inferwatch_notifier_outbox_write_errors", "", labels=["operation"]),
+                GaugeMetricFamily("inferwatch_notifier_outbox_depth", ""),
+                GaugeMetricFamily("inferwatch_notifier_oldest_pending_age_seconds", "")]
 
     def collect(self):
         writable = GaugeMetricFamily("inferwatch_notifier_outbox_writable",

@@ -260,3 +260,20 @@ def test_dead_letter_is_listed_and_replayed_by_the_outbox_command(service, sims,
     wait_for(lambda: service.outbox.get(dead.id).state == "delivered", what="the replayed delivery")
     assert "TritonCanaryRegression" in sims.slack.received[-1].text
     assert main(["notifier", "outbox", "retry", "999999", "--data-dir", data_dir, "--spec", spec]) == 2
+
+
+def test_metrics_are_served_by_prometheus_client_with_negotiation_and_gzip(service):
+    import gzip
+
+    plain = requests.get(service.url + "/metrics", headers={"Accept-Encoding": "identity"})
+    assert plain.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "inferwatch_notifier_outbox_writable 1.0" in plain.text
+    om = requests.get(service.url + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0",
+                                                        "Accept-Encoding": "identity"})
+    assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert om.text.rstrip().endswith("# EOF")
+    raw = requests.get(service.url + "/metrics", headers={"Accept-Encoding": "gzip"}, stream=True).raw
+    assert raw.headers["Content-Encoding"] == "gzip"
+    assert b"inferwatch_notifier_outbox_writable" in gzip.decompress(raw.read(decode_content=False))
+    only = requests.get(service.url + "/metrics?name[]=inferwatch_notifier_outbox_depth").text
+    assert "inferwatch_notifier_outbox_depth" in only and "inferwatch_notifier_webhooks_total" not in only
