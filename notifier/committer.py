@@ -21,9 +21,10 @@ MAX_BATCH = 256
 
 
 class GroupCommitter:
-    def __init__(self, outbox: Outbox, max_batch: int = MAX_BATCH):
+    def __init__(self, outbox: Outbox, max_batch: int = MAX_BATCH, metrics=None):
         self.outbox = outbox
         self.max_batch = max_batch
+        self.metrics = metrics
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.commits = 0   # transactions written (for the benchmark: webhooks per fsync)
@@ -39,10 +40,14 @@ class GroupCommitter:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def submit(self, message: WebhookMessage, planned: list[Planned], now: float) -> Future:
         """Queue one webhook; the future gives Outbox.accept's (accepted, ids) or raises OutboxError."""
         future: Future = Future()
-        if self._thread is None or not self._thread.is_alive():
+        if not self.running:
             future.set_exception(OutboxError("the intake committer is not running"))
             return future
         self._queue.put((message, planned, now, future))
@@ -72,6 +77,8 @@ class GroupCommitter:
                         future.set_exception(OutboxError(f"intake commit failed: {type(exc).__name__}"))
             self.commits += 1
             self.webhooks += len(batch)
+            if self.metrics is not None:
+                self.metrics.intake_commits.inc()
         while True:  # anything submitted after stop: refuse it (Alertmanager retries a 503)
             try:
                 item = self._queue.get_nowait()

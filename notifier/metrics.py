@@ -48,6 +48,9 @@ class NotifierMetrics:
         self.repairs = Counter("inferwatch_notifier_webhook_repairs_total",
                                "Changes intake made to keep an alert it could not keep as sent (value_cut, "
                                "entries_dropped, alerts_dropped, invalid_unicode).", ["kind"], registry=self.registry)
+        self.intake_commits = Counter("inferwatch_notifier_intake_commits_total",
+                                      "Intake transactions committed, each fsynced and holding every webhook "
+                                      "that arrived during the previous one (group commit).", registry=self.registry)
         self.unrecorded = Gauge("inferwatch_notifier_unrecorded_outcomes",
                                 "Deliveries whose outcome (sent, failed) is held in memory because the outbox "
                                 "could not be written yet; they are not sent again meanwhile.",

@@ -357,16 +357,10 @@ class Outbox:
             (channel, now, limit + len(exclude))).fetchall()
         return [Delivery(**dict(r)) for r in rows if r["id"] not in exclude][:limit]
 
-    def count_due(self, channel: str, now: float) -> int:
-        return self._db().execute("SELECT COUNT(*) AS n FROM deliveries WHERE state='pending' AND channel=? AND "
-                                  "next_attempt_at<=?", (channel, now)).fetchone()["n"]
-
-    def pending_of_group(self, channel: str, group_key: str, kind: str, now: float) -> list[Delivery]:
-        """Due rows of one group and kind on `channel`, oldest first (a newer one supersedes older ones)."""
-        rows = self._db().execute(
-            "SELECT * FROM deliveries WHERE state='pending' AND group_key=? AND channel=? AND kind=? AND "
-            "next_attempt_at<=? ORDER BY id", (group_key, channel, kind, now)).fetchall()
-        return [Delivery(**dict(r)) for r in rows]
+    def count_due(self, channel: str, now: float, limit: int) -> int:
+        """Due rows of `channel`, counted up to `limit` (bounded work under any backlog)."""
+        return self._db().execute("SELECT COUNT(*) AS n FROM (SELECT 1 FROM deliveries WHERE state='pending' AND "
+                                  "channel=? AND next_attempt_at<=? LIMIT ?)", (channel, now, limit)).fetchone()["n"]
 
     def next_due(self, channel: str) -> float | None:
         row = self._db().execute("SELECT MIN(next_attempt_at) AS t FROM deliveries WHERE state='pending' AND "

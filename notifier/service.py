@@ -17,6 +17,7 @@ import asyncio
 import base64
 import hmac
 import logging
+import sys
 import threading
 import time
 from pathlib import Path
@@ -63,8 +64,6 @@ class _ServerLog(logging.LoggerAdapter):
         self.service = service
 
     def log(self, level, msg, *args, exc_info=None, **kwargs) -> None:
-        import sys
-
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1] if exc_info else None
         if isinstance(exc, HttpProcessingError):
             detail = " ".join(str(exc.message).split())[:200]
@@ -87,7 +86,7 @@ class NotifierService:
         self.metrics = NotifierMetrics(list(self.channels), self.outbox)
         enrich = {i: (r.enrich, r.enrich_timeout.seconds) for i, r in enumerate(self.router.routes) if r.enrich}
         self.worker = DeliveryWorker(spec, self.outbox, self.channels, self.metrics, enrich)
-        self.committer = GroupCommitter(self.outbox)
+        self.committer = GroupCommitter(self.outbox, metrics=self.metrics)
         self._credentials = self._expected_credentials()
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -188,13 +187,16 @@ class NotifierService:
         if unrouted:
             self.metrics.unrouted.inc()
             dead = [p for p in planned if p.dead_reason]
+            # One line per group a minute: a storm of unrouted alerts is counted, not a line each.
             if dead:
                 self.metrics.dead_letters.labels(dead[0].channel, dead[0].dead_reason).inc()
-                log.error("no route matched %s (labels %s) and no channel can take it: kept as a dead letter "
-                          "(set notifier.unrouted_receivers)", message.group_key, message.labels)
+                self._log.log(f"unrouted:{message.group_key}", logging.ERROR, "no route matched %s (labels %s) and "
+                              "no channel can take it: kept as a dead letter (set notifier.unrouted_receivers)",
+                              message.group_key, message.labels)
             else:
-                log.warning("no route matched %s (labels %s): sent to the catch-all %s", message.group_key,
-                            message.labels, ", ".join(p.channel for p in planned) or "(resolved: nothing to say)")
+                self._log.log(f"unrouted:{message.group_key}", logging.WARNING, "no route matched %s (labels %s): "
+                              "sent to the catch-all %s", message.group_key, message.labels,
+                              ", ".join(p.channel for p in planned) or "(resolved: nothing to say)")
         body = {"status": "accepted", "deliveries": len(ids)}
         if unrouted:
             body["unrouted"] = True
@@ -220,7 +222,7 @@ class NotifierService:
             await asyncio.get_running_loop().run_in_executor(None, self.outbox.probe)
         if not self.outbox.writable:
             return web.Response(status=503, text=f"not ready: the outbox cannot be written ({self.outbox.write_error})\n")
-        if self.committer._thread is None or not self.committer._thread.is_alive():
+        if not self.committer.running:
             return web.Response(status=503, text="not ready: intake is not running\n")
         return web.Response(text="ok\n")
 
