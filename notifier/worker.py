@@ -47,8 +47,9 @@ MAX_DIGEST_ROWS = 10_000   # one digest covers at most this many notifications; 
 COALESCE_BACKLOG_S = 30.0
 COALESCE_SELF_S = 0.5      # ... or when sending the backlog one group at a time would take longer than this
 # Sends in flight per channel: a slow answer (a provider's 200-300 ms, a loaded machine) must not make every
-# other group wait. Messages of one group are never in flight together, so they arrive in order.
-MAX_IN_FLIGHT = 4
+# other group wait. Messages of one group are never in flight together, so they arrive in order. Phone
+# channels send one message per group (no digest), so in a storm they need more in flight than chat ones.
+MAX_IN_FLIGHT = {"chat": 4, "phone": 16}
 SEND_TIME_EWMA = 0.2       # weight of the newest send in the running average of a channel's send time
 IDLE_POLL_S = 1.0          # re-check the outbox at least this often (rows may be added by `outbox retry`)
 
@@ -85,7 +86,9 @@ class DeliveryWorker:
         self._send_s: dict[str, float] = {}  # running average of each channel's send time (seconds)
         self._errors = ConditionLog(log)
         self.sender = make_sender(spec, channels)
-        self._pools = {name: concurrent.futures.ThreadPoolExecutor(MAX_IN_FLIGHT, thread_name_prefix=f"send-{name}")
+        self._room = {name: MAX_IN_FLIGHT["chat" if ch.kind in DIGEST_KINDS else "phone"]
+                      for name, ch in channels.items()}
+        self._pools = {name: concurrent.futures.ThreadPoolExecutor(self._room[name], thread_name_prefix=f"send-{name}")
                        for name in channels}
         self._lock = threading.Lock()
         self._in_flight: dict[str, dict[int, str]] = {name: {} for name in channels}  # row id -> group key
@@ -135,14 +138,14 @@ class DeliveryWorker:
         before the next pass."""
         now = self.clock()
         with self._lock:
-            room = MAX_IN_FLIGHT - self._sends[name]
+            room = self._room[name] - self._sends[name]
             flying = dict(self._in_flight[name])
         if room <= 0:
             return IDLE_POLL_S  # a finished send wakes this thread
         busy_groups = set(flying.values())
         exclude = self.recorder.held(name, now) | flying.keys()
         channel = self.channels[name]
-        rows = [r for r in self.outbox.due(name, now, 2 * MAX_IN_FLIGHT, exclude=exclude)
+        rows = [r for r in self.outbox.due(name, now, 2 * self._room[name], exclude=exclude)
                 if r.group_key not in busy_groups]
         if not rows:
             nxt = self.outbox.next_due(name)
