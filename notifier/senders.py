@@ -3,8 +3,9 @@
 CPython runs one thread at a time, and a send (rendering the message, the HTTP request through `requests`)
 costs about a millisecond of CPU, so in one process intake and delivery share one core. With
 `notifier.send_processes: N` the sends run in N processes (started with `spawn`, each building its own
-channels from the spec and its own log handlers with the redaction filter): the worker keeps choosing,
-retrying and recording in the main process, and a storm's sends use the other cores.
+channels from the spec and its own log handlers with the redaction filter, at a lower CPU priority than the
+intake): the worker keeps choosing, retrying and recording in the main process, and a storm's sends use the
+other cores.
 
 A pool process that dies (OOM-killed) breaks the pool: the send in flight is reported as a retryable
 `provider_error` and a new pool is started for the next one.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import multiprocessing
+import os
 import signal
 import threading
 
@@ -42,10 +44,17 @@ class ThreadSender:
 _channels: dict[str, Channel] = {}  # in a pool process
 
 
+SEND_NICENESS = 5  # below the intake: under CPU contention, accepting alerts (Alertmanager waits) comes first
+
+
 def _start_process(spec: Spec, level: int) -> None:
     from inferwatch.cli import setup_logging
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent stops the pool
+    try:
+        os.nice(SEND_NICENESS)
+    except OSError:
+        pass
     setup_logging(verbose=level <= logging.DEBUG)
     logging.getLogger().setLevel(level)
     _channels.update({name: build_channel(name, c) for name, c in spec.channels.items()})
