@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import requests
+
 from inferwatch.testing.channels import ProviderSimulators
+from inferwatch.testing.process import free_port, http_ok
 from inferwatch.spec import spec_from_dict
 
 FIXTURE = Path(__file__).parent / "fixtures" / "alertmanager-0.25-webhook-truncated.json"
@@ -78,3 +85,36 @@ def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@contextlib.contextmanager
+def notifier_process(spec_file: Path, data_dir: Path, stderr_path: Path, *, verbose: bool = False,
+                     env: dict | None = None, preexec_fn=None, stdout_path: Path | None = None):
+    """The real `inferwatch notifier` CLI on a free loopback port; yields (process, base URL) once it answers
+    /-/healthy, and stops it (SIGTERM, then SIGKILL) when the block ends. stderr (and stdout, when
+    `stdout_path` is given) go to files."""
+    port = free_port()
+    argv = [sys.executable, "-m", "inferwatch.cli", *(["-v"] if verbose else []), "notifier", "--spec",
+            str(spec_file), "--port", str(port), "--data-dir", str(data_dir)]
+    stdout = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=open(stderr_path, "wb"), env=env, preexec_fn=preexec_fn)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: http_ok(url + "/-/healthy") or proc.poll() is not None, what="notifier start")
+        assert proc.poll() is None, stderr_path.read_text()
+        yield proc, url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(15)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def metric(url: str, series: str) -> float:
+    """The value of one series (name with its labels, as exposed) on `url`/metrics."""
+    for line in requests.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no series {series}")

@@ -9,13 +9,9 @@ never completes its request head, the idle timeout a kept-alive one, and neither
 
 from __future__ import annotations
 
-import contextlib
 import resource
 import selectors
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -26,9 +22,8 @@ import yaml
 from inferwatch.notifier.connections import FD_RESERVE, connection_cap
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
-from inferwatch.testing.process import free_port, http_ok
 
-from notifier_support import AUTH, make_spec, spec_data, wait_for, webhook
+from notifier_support import AUTH, make_spec, metric, notifier_process, spec_data, webhook
 
 FD_LIMIT = 1024
 IDLE_CONNECTIONS = 1100
@@ -113,20 +108,14 @@ def _closed(s: socket.socket) -> bool:
 
 def test_posts_are_accepted_while_1100_idle_connections_hold_a_1024_fd_notifier(sims, tmp_path):
     sims.set_mode("ok")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(spec_data(sims)))
     stderr_path = tmp_path / "notifier.stderr"
-    proc = subprocess.Popen([sys.executable, "-m", "inferwatch.cli", "notifier", "--spec", str(spec_file),
-                             "--port", str(port), "--data-dir", str(tmp_path / "data")],
-                            stdout=subprocess.DEVNULL, stderr=open(stderr_path, "wb"), preexec_fn=_fd_limit)
-    try:
-        wait_for(lambda: http_ok(url + "/-/ready") or proc.poll() is not None, what="notifier start")
-        assert proc.poll() is None, stderr_path.read_text()
+    with notifier_process(spec_file, tmp_path / "data", stderr_path, preexec_fn=_fd_limit) as (proc, url):
         accepted = 0
         codes = []
-        with IdleAttack("127.0.0.1", port, IDLE_CONNECTIONS) as attack:
+        host, port = url.rsplit("/", 1)[1].split(":")
+        with IdleAttack(host, int(port), IDLE_CONNECTIONS) as attack:
             time.sleep(1.0)  # the notifier is at its cap, shedding
             for i in range(POSTS):
                 try:
@@ -144,22 +133,12 @@ def test_posts_are_accepted_while_1100_idle_connections_hold_a_1024_fd_notifier(
               f"connection cap {connection_cap(512, FD_LIMIT)})")
         assert accepted == POSTS, codes
         assert reopened > 0  # the attack really was over the cap: the notifier closed idle ones
-        metrics = requests.get(url + "/metrics", timeout=10).text
-        closed = [ln for ln in metrics.splitlines()
-                  if ln.startswith('inferwatch_notifier_http_connections_closed_total{reason="connection_cap"}')]
-        assert closed and float(closed[0].rsplit(" ", 1)[1]) > 0
+        assert metric(url, 'inferwatch_notifier_http_connections_closed_total{reason="connection_cap"}') > 0
         log = stderr_path.read_text()
         assert "Traceback" not in log and "out of system resource" not in log, log[-3000:]
         cap_lines = [ln for ln in log.splitlines() if "connection cap reached" in ln]
         assert len(cap_lines) <= 2, cap_lines  # once a minute (the attack lasts less than two)
         assert "delivery to" not in log, log[-3000:]  # the notifier's own requests to the channels got through
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(15)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
 
 
 def test_cap_stays_below_the_fd_limit():

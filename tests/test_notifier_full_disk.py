@@ -10,14 +10,12 @@ why; once space is back, the held outcomes are written and nothing is sent again
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import re
 import resource
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 
@@ -26,9 +24,8 @@ import requests
 import yaml
 
 from inferwatch.testing.channels import ProviderSimulators
-from inferwatch.testing.process import free_port, http_ok
 
-from notifier_support import AUTH, spec_data, wait_for, webhook
+from notifier_support import AUTH, metric, notifier_process, spec_data, wait_for, webhook
 
 FULL_FOR_S = 5.0  # how long the channels are up while the disk stays full
 
@@ -105,13 +102,6 @@ def _ignore_sigxfsz():
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
-def metric(url: str, name: str) -> float:
-    for line in requests.get(url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no series {name}")
-
-
 def sent_per_alert(sims) -> Counter:
     """Messages each test alert produced at its channel (names are unique per delivery)."""
     counts: Counter = Counter()
@@ -121,10 +111,13 @@ def sent_per_alert(sims) -> Counter:
     return counts
 
 
-def test_full_disk_sends_each_message_once_with_one_log_line_and_not_ready(disk, tmp_path):
-    sims = ProviderSimulators().start()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+@pytest.fixture
+def sims():
+    with ProviderSimulators() as s:
+        yield s
+
+
+def test_full_disk_sends_each_message_once_with_one_log_line_and_not_ready(disk, sims, tmp_path):
     data = spec_data(sims, retry_initial="300ms", retry_max="1s")
     for channel in data["channels"].values():  # the provider quotas are not what is tested here
         channel.update(rate_limit=6000, rate_window="1m")
@@ -135,12 +128,7 @@ def test_full_disk_sends_each_message_once_with_one_log_line_and_not_ready(disk,
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(data))
     stderr_path = tmp_path / "notifier.stderr"
-    proc = subprocess.Popen([sys.executable, "-m", "inferwatch.cli", "notifier", "--spec", str(spec_file),
-                             "--port", str(port), "--data-dir", str(disk.path)],
-                            stdout=subprocess.DEVNULL, stderr=open(stderr_path, "wb"), preexec_fn=_ignore_sigxfsz)
-    try:
-        wait_for(lambda: http_ok(url + "/-/ready") or proc.poll() is not None, what="notifier start")
-        assert proc.poll() is None, stderr_path.read_text()
+    with notifier_process(spec_file, disk.path, stderr_path, preexec_fn=_ignore_sigxfsz) as (proc, url):
         sims.set_mode("down")
         names = []
         for i in range(4):
@@ -182,11 +170,3 @@ def test_full_disk_sends_each_message_once_with_one_log_line_and_not_ready(disk,
         assert metric(url, "inferwatch_notifier_outbox_depth") == 0
         log = stderr_path.read_text()
         assert len([ln for ln in log.splitlines() if "can be written again" in ln]) == 1, log
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(15)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        sims.stop()

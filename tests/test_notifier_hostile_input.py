@@ -151,7 +151,7 @@ HOSTILE = [
      lambda m: len(m["alerts"][0]["labels"]) == MAX_LABELS
      and "44 of 300 labels dropped" in m["alerts"][0]["annotations"][NOTE_ANNOTATION]),
     ("a 1 MB label value", _with("alerts.0.labels.model", "m" * 900_000), 200,
-     lambda m: m["alerts"][0]["labels"]["model"].endswith(f"of 900,000 characters]")),
+     lambda m: m["alerts"][0]["labels"]["model"].endswith("of 900,000 characters]")),
 ]
 
 

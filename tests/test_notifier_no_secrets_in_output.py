@@ -8,9 +8,8 @@ installed on every handler, applied to exception text, and to URL pieces as libr
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
-import signal
+import os
 import subprocess
 import sys
 import threading
@@ -21,9 +20,9 @@ import yaml
 from aiohttp import web
 
 from inferwatch import redaction
-from inferwatch.testing.process import free_port, http_ok
+from inferwatch.testing.process import free_port
 
-from notifier_support import wait_for, webhook
+from notifier_support import notifier_process, wait_for, webhook
 
 SLACK_TOKEN = "sLaCkT0kenQ9x8c7v6b5n4m3"          # a Slack hook's last path segment (24 chars)
 WECOM_KEY = "5f0c2d7e-1a9b-4c3d-8e7f-6a5b4c3d2e1f"
@@ -92,8 +91,6 @@ class QuotingProviders:
 
 
 def test_a_verbose_notifier_failing_against_quoting_providers_shows_no_secret_anywhere(tmp_path):
-    env_secrets = {"T_SLACK_URL": f"http://127.0.0.1:{{port}}/services/T01/B02/{SLACK_TOKEN}",
-                   "T_NOTIFIER_TOKEN": BEARER}
     with QuotingProviders() as providers:
         (tmp_path / "routing-key").write_text(ROUTING_KEY + "\n")
         (tmp_path / "wecom-url").write_text(f"{providers.url}/cgi-bin/webhook/send?key={WECOM_KEY}\n")
@@ -113,19 +110,13 @@ def test_a_verbose_notifier_failing_against_quoting_providers_shows_no_secret_an
         }
         spec_file = tmp_path / "spec.yaml"
         spec_file.write_text(yaml.safe_dump(spec))
-        env = {**__import__("os").environ, "T_NOTIFIER_TOKEN": BEARER,
-               "T_SLACK_URL": env_secrets["T_SLACK_URL"].format(port=providers.port)}
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "T_NOTIFIER_TOKEN": BEARER,
+               "T_SLACK_URL": f"{providers.url}/services/T01/B02/{SLACK_TOKEN}"}
         cli = [sys.executable, "-m", "inferwatch.cli"]
-        stderr_path = tmp_path / "stderr"
-        proc = subprocess.Popen([*cli, "-v", "notifier", "--spec", str(spec_file), "--port", str(port),
-                                 "--data-dir", str(tmp_path / "data")], env=env,
-                                stdout=subprocess.PIPE, stderr=open(stderr_path, "wb"))
+        stderr_path, stdout_path = tmp_path / "stderr", tmp_path / "stdout"
         outputs: dict[str, str] = {}
-        try:
-            wait_for(lambda: http_ok(url + "/-/healthy") or proc.poll() is not None, what="notifier start")
-            assert proc.poll() is None, stderr_path.read_text()
+        with notifier_process(spec_file, tmp_path / "data", stderr_path, verbose=True, env=env,
+                              stdout_path=stdout_path) as (_, url):
             auth = {"Authorization": f"Bearer {BEARER}"}
             for name, layer in (("SecretL1", "L1"), ("SecretL2", "L2"), ("SecretL3", "L3")):
                 assert requests.post(url + "/alerts", json=webhook(name, layer), headers=auth, timeout=10).ok
@@ -143,14 +134,8 @@ def test_a_verbose_notifier_failing_against_quoting_providers_shows_no_secret_an
                                  timeout=60)
             outputs["outbox list"] = lst.stdout + lst.stderr
             assert "invalid webhook url" in outputs["outbox list"] or "HTTP 5" in outputs["outbox list"]
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.communicate(timeout=15)
-            if proc.poll() is None:
-                proc.kill()
-            outputs["stdout"] = proc.stdout.read().decode() if proc.stdout and not proc.stdout.closed else ""
         outputs["stderr"] = stderr_path.read_text()
+        outputs["stdout"] = stdout_path.read_text()
     assert "urllib3.connectionpool" in outputs["stderr"]  # the verbose third-party lines are there...
     assert "<redacted>" in outputs["stderr"]             # ...and were redacted
     lines = sum(len(v.splitlines()) for v in outputs.values())
