@@ -1,9 +1,10 @@
 """Notifier intake throughput and intake → channel latency, against the disk's own commit rate measured in
 the same run.
 
-Three processes, so no two share a GIL: the notifier (the real CLI, `inferwatch notifier`), the provider
-simulators (PagerDuty, Slack, WeCom; their rate limits and the notifier's per-channel limits lifted, so the
-notifier's pipeline is measured, not the providers' quotas) and this client (aiohttp, asyncio).
+Three processes, so no two share a GIL: the notifier (the real CLI, `inferwatch notifier`, with
+`send_processes` = the CPU count unless --send-processes says otherwise), the provider simulators
+(PagerDuty, Slack, WeCom; their rate limits and the notifier's per-channel limits lifted, so the notifier's
+pipeline is measured, not the providers' quotas) and this client (aiohttp, asyncio).
 
 0. Reference — the disk: single-row SQLite transactions in WAL mode with synchronous=FULL (what the outbox
    does per commit), one after another for 2 s in the data directory the notifier then uses:
@@ -20,6 +21,7 @@ Prints figures, then a final JSON line with the budget (ingest ≥ 500/s, p99 �
 ingest_per_s / disk_commits_per_s and webhooks per intake commit (from the notifier's own metrics).
 
 Run: .venv/bin/python benchmarks/notifier.py [--ingest 4000] [--clients 16] [--rate 500] [--duration 20]
+     [--send-processes N]
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ from notifier_support import AUTH, spec_data, wait_for, webhook  # noqa: E402
 
 INGEST_BUDGET_PER_S = 500.0
 P99_BUDGET_MS = 1000.0
-SEND_PROCESSES = os.cpu_count() or 1  # notifier.send_processes: the setting for storms (README)
 LAYERS = ("L1", "L2", "L3")
 
 
@@ -104,7 +105,7 @@ class Simulators:
         self._proc.join(10)
 
 
-def notifier_spec(urls: dict) -> dict:
+def notifier_spec(urls: dict, send_processes: int) -> dict:
     class Sims:  # what notifier_support.spec_data reads from a ProviderSimulators
         pagerduty_url, slack_url, voice_url = urls["pagerduty"], urls["slack"], urls["voice"]
 
@@ -122,7 +123,7 @@ def notifier_spec(urls: dict) -> dict:
     data["channels"] = {k: v for k, v in data["channels"].items() if k in ("phone", "oncall-slack", "llm-wecom")}
     for ch in data["channels"].values():
         ch.update(rate_limit=10**6, rate_window="1m")
-    data["notifier"]["send_processes"] = SEND_PROCESSES
+    data["notifier"]["send_processes"] = send_processes
     data["routes"] = [{"match": {"layer": "L1"}, "receivers": ["phone"]},
                       {"match": {"layer": "L2"}, "receivers": ["oncall-slack"]},
                       {"match": {"layer": "L3"}, "receivers": ["llm-wecom"]}]
@@ -225,6 +226,8 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients in the ingest phase (default 16)")
     ap.add_argument("--rate", type=float, default=500.0, help="webhooks/s in the sustained phase (default 500)")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of the sustained phase (default 20)")
+    ap.add_argument("--send-processes", type=int, default=os.cpu_count() or 1,
+                    help="notifier.send_processes (default: the CPU count, the setting for storms; 0 = threads)")
     args = ap.parse_args()
 
     sims = Simulators()
@@ -233,7 +236,7 @@ def main() -> int:
         disk = disk_commits_per_s(tmp)
         print(f"disk: {disk:.0f} SQLite WAL synchronous=FULL commits/s (one row each) in {tmp}")
         spec_file = tmp / "spec.yaml"
-        spec_file.write_text(yaml.safe_dump(notifier_spec(sims.urls)))
+        spec_file.write_text(yaml.safe_dump(notifier_spec(sims.urls, args.send_processes)))
         from inferwatch.testing.process import free_port, http_ok
 
         port = free_port()
@@ -285,7 +288,7 @@ def main() -> int:
                 proc.kill()
             sims.stop()
     result = {
-        "machine": f"{os.cpu_count()} CPUs", "send_processes": SEND_PROCESSES, "disk_commits_per_s": round(disk),
+        "machine": f"{os.cpu_count()} CPUs", "send_processes": args.send_processes, "disk_commits_per_s": round(disk),
         "ingest_per_s": round(ingest_per_s, 1), "ingest_vs_disk_commits": round(ingest_per_s / disk, 2),
         "webhooks_per_commit": round(ok / max(commits, 1), 1),
         "ingest_cpu_ms_per_webhook": round(ingest_cpu_ms, 2), "sustained_cpu_ms_per_webhook": round(sustained_cpu_ms, 2),

@@ -330,8 +330,8 @@ class NotifierSettings:
     header_timeout: Duration = field(_d("10s"), doc="a new connection must send its request head within this")
     idle_timeout: Duration = field(_d("60s"), doc="a kept-alive connection idle this long is closed")
     body_timeout: Duration = field(_d("30s"), doc="a webhook body must arrive within this (else 408)")
-    send_processes: int = field(0, doc="run channel sends in this many processes (0: in the notifier's own "
-                                       "threads); set to the CPU count for storms of hundreds of webhooks/s")
+    send_processes: int = field(2, doc="run channel sends in this many processes, so a storm's deliveries use "
+                                       "more than one core (0: in the notifier's own threads)")
     max_delivery_age: Duration = field(_d("6h"), doc="retry transient failures this long, then dead-letter")
     data_dir: str = field(".inferwatch-notifier", doc="where the SQLite outbox lives (--data-dir overrides)")
     retry_initial: Duration = field(_d("5s"), doc="first retry delay; doubles per attempt, with jitter")

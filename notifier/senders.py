@@ -8,7 +8,8 @@ intake): the worker keeps choosing, retrying and recording in the main process, 
 other cores.
 
 A pool process that dies (OOM-killed) breaks the pool: the send in flight is reported as a retryable
-`provider_error` and a new pool is started for the next one.
+`provider_error` and a new pool is started for the next one. A pool process whose notifier died (SIGKILL)
+exits within a second.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 
 from inferwatch.notifier.channels import build_channel
 from inferwatch.notifier.channels.base import Channel, DeliveryResult
@@ -29,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 class ThreadSender:
-    """Sends in the calling thread (the default, `send_processes: 0`)."""
+    """Sends in the calling thread (`send_processes: 0`)."""
 
     def __init__(self, channels: dict[str, Channel]):
         self.channels = channels
@@ -44,6 +46,7 @@ class ThreadSender:
 _channels: dict[str, Channel] = {}  # in a pool process
 
 
+PARENT_CHECK_S = 1.0
 SEND_NICENESS = 5  # below the intake: under CPU contention, accepting alerts (Alertmanager waits) comes first
 
 
@@ -55,9 +58,18 @@ def _start_process(spec: Spec, level: int) -> None:
         os.nice(SEND_NICENESS)
     except OSError:
         pass
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
     setup_logging(verbose=level <= logging.DEBUG)
     logging.getLogger().setLevel(level)
     _channels.update({name: build_channel(name, c) for name, c in spec.channels.items()})
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A notifier killed with SIGKILL cannot stop its pool: each send process leaves when its parent is gone
+    (its parent pid changes), so no orphan keeps running."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
 
 
 def _send_in_process(name: str, notification: Notification) -> DeliveryResult:
@@ -74,9 +86,13 @@ class ProcessSender:
         self._pool = self._new_pool()
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
-        return concurrent.futures.ProcessPoolExecutor(
+        pool = concurrent.futures.ProcessPoolExecutor(
             self.processes, mp_context=multiprocessing.get_context("spawn"), initializer=_start_process,
             initargs=(self.spec, logging.getLogger().getEffectiveLevel()))
+        # Start every process now (in the background), not when the first alert must go out.
+        for _ in range(self.processes):
+            pool.submit(os.getpid)
+        return pool
 
     def send(self, name: str, notification: Notification) -> DeliveryResult:
         pool = self._pool

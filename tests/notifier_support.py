@@ -24,7 +24,9 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def spec_data(sims: ProviderSimulators, **notifier) -> dict:
     """Spec data: L1 → PagerDuty + voice, L2 → Slack (escalating to PagerDuty), L3 → WeCom; the model
     `owned` also goes to a second WeCom robot (a model owners' group)."""
-    settings = {"bearer_token": TOKEN, "retry_initial": "200ms", "retry_max": "1s"}
+    # send_processes 0: sends in the service's threads, so the many in-process services of the tests start no
+    # process pools; the pool has its own tests (test_notifier_send_processes, the secrets test, the benchmark).
+    settings = {"bearer_token": TOKEN, "retry_initial": "200ms", "retry_max": "1s", "send_processes": 0}
     settings.update(notifier)
     return {
         "channels": {

@@ -1,19 +1,22 @@
 """`notifier.send_processes`: channel sends run in a pool of processes; every layer still reaches its
-channel, and a send process that dies costs one retry, not the channel."""
+channel, a send process that dies costs one retry, not the channel, and the pool leaves with a notifier
+killed by SIGKILL."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import requests
+import yaml
 
 from inferwatch.notifier.senders import ProcessSender
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
 
-from notifier_support import AUTH, make_spec, wait_for, webhook
+from notifier_support import AUTH, make_spec, notifier_process, spec_data, wait_for, webhook
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +48,38 @@ def test_sends_in_processes_reach_every_channel_and_survive_a_killed_process(sim
         assert svc.outbox.counts()["dead"] == 0
     finally:
         svc.stop()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[1] == str(pid):
+                out.append(int(stat.parent.name))
+        except OSError:
+            pass
+    return out
+
+
+def test_send_processes_leave_with_a_sigkilled_notifier(sims, tmp_path):
+    sims.set_mode("ok")
+    data = spec_data(sims, send_processes=2)
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(data))
+    with notifier_process(spec_file, tmp_path / "data", tmp_path / "stderr") as (proc, url):
+        assert requests.post(url + "/alerts", json=webhook("KillParent", "L2", group="kp"), headers=AUTH,
+                             timeout=10).ok
+        wait_for(lambda: any("KillParent" in t for t in sims.slack.texts()), timeout=60, what="the delivery")
+        children = wait_for(lambda: len(_children(proc.pid)) >= 2 and _children(proc.pid), what="the pool")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        wait_for(lambda: not any(_running(c) for c in children), timeout=15,
+                 what="the send processes to exit with their notifier")
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child waits for its new parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
