@@ -383,9 +383,11 @@ SLACK_LITERAL = "https://hooks.slack.example/services/T000/B000/inline-secret-va
 
 @pytest.mark.parametrize("url,env,file", [
     ("${SLACK_WEBHOOK_URL}", "SLACK_WEBHOOK_URL", None),
-    (None, None, ("/run/secrets/slack-url", "slack-url")),
+    (None, None, ("/run/secrets/slack-url", "/run/secrets/slack-url", "slack-url")),
+    # Relative to the image's working directory, as the process reads it; a space cannot be in a Secret key.
+    (None, None, ("secrets/slack url", "/var/lib/inferwatch/secrets/slack url", "slack-url")),
     (SLACK_LITERAL, "INFERWATCH_CHANNELS_CHAT_URL", None),
-], ids=["env-reference", "file-reference", "inline-value"])
+], ids=["env-reference", "file-reference", "relative-file-reference", "inline-value"])
 def test_secrets_are_referenced_never_inlined(url, env, file):
     channel = {"type": "slack", **({"url": url} if url else {"url_file": file[0]})}
     spec = spec_from_dict({"channels": {"chat": channel}, "notifier": {"bearer_token": "${NOTIFIER_TOKEN}"}})
@@ -400,7 +402,7 @@ def test_secrets_are_referenced_never_inlined(url, env, file):
     if env:
         assert env_refs[env] == {"name": "inferwatch-notifier", "key": env}
     else:
-        path, key = file
+        _, path, key = file
         assert {"name": "secrets", "mountPath": path, "subPath": key, "readOnly": True} in container["volumeMounts"]
         assert {"name": "secrets", "secret": {"secretName": "inferwatch-notifier"}} in pod["volumes"]
     # The kustomization names every Secret key the manifests reference.

@@ -12,18 +12,17 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from pathlib import PurePosixPath
+import posixpath
 from typing import Any
 
-from inferwatch.specload import Duration, Secret, SpecError
 from inferwatch.spec import Spec, TritonTarget
+from inferwatch.specload import Duration, Secret
 
 SPEC_DIR = "/etc/inferwatch"
 SPEC_PATH = f"{SPEC_DIR}/inferwatch.yaml"
 OUTBOX_DIR = "/var/lib/inferwatch/outbox"
 NOTIFIER_PORT = 9410
-# Secret keys (Kubernetes: alphanumerics, '-', '_', '.').
-_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+WORKDIR = "/var/lib/inferwatch"  # the Dockerfile's WORKDIR: where a relative secret file path points
 
 
 def service_url(spec: Spec, service: str, port: int) -> str:
@@ -101,21 +100,24 @@ def secrets_in(value: Any) -> list[Secret]:
 
 
 def secret_refs(*parts: Any) -> SecretRefs:
-    """The Secret keys the secrets in `parts` (pieces of a cluster_spec) need. Raises SpecError when a
-    secret file's name cannot be a Secret key or two files share one."""
+    """The Secret keys the secrets in `parts` (pieces of a cluster_spec) need: environment variables by name,
+    files by their name (characters a Secret key cannot hold become '-'; a repeated name gets a suffix).
+    A relative file path is taken from the image's working directory, as the process would read it."""
     env: set[str] = set()
     files: dict[str, str] = {}
     for secret in secrets_in(list(parts)):
         if secret.env is not None:
             env.add(secret.env)
         elif secret.file is not None:
-            key = PurePosixPath(secret.file).name
-            if not _KEY.match(key) or not PurePosixPath(secret.file).is_absolute():
-                raise SpecError(f"{secret.path}_file", f"expected an absolute path whose file name is a "
-                                                       f"Kubernetes Secret key ([-._a-zA-Z0-9]), got {secret.file!r}")
-            if key in files.values() and files.get(secret.file) != key:
-                raise SpecError(f"{secret.path}_file", f"another secret file is also named {key!r}")
-            files[secret.file] = key
+            path = posixpath.normpath(posixpath.join(WORKDIR, secret.file))
+            if path in files:
+                continue
+            key = re.sub(r"[^-._a-zA-Z0-9]", "-", posixpath.basename(path)) or "secret"
+            base, n = key, 1
+            while key in files.values():
+                n += 1
+                key = f"{base}-{n}"
+            files[path] = key
     return SecretRefs(tuple(sorted(env)), tuple(sorted(files.items())))
 
 
