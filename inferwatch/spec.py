@@ -105,9 +105,12 @@ class PrometheusSettings:
                                                 "at least 4 scrape intervals (shorten only with the scrape interval)")
     rule_files: list[str] = field(["../../rules/generated/*.yml"],
                                   doc="rule_files in the generated prometheus.yml (relative to its folder)")
-    kubernetes_namespace: str = field("monitoring", doc="namespace of the generated PrometheusRule manifest")
+    kubernetes_namespace: str = field("monitoring", doc="namespace of the generated Kubernetes manifests "
+                                                        "(the PrometheusRule and deploy/kubernetes)")
     kubernetes_labels: dict[str, str] = field({"app.kubernetes.io/part-of": "inferwatch"},
-                                              doc="labels of the PrometheusRule; match your operator's ruleSelector")
+                                              doc="labels of the PrometheusRule, monitors and AlertmanagerConfig; "
+                                                  "match your operator's selectors (kube-prometheus-stack: "
+                                                  "release: <its release name>)")
 
 
 # ---------------------------------------------------------------------------------------------- layers
