@@ -367,7 +367,7 @@ class KubernetesWorkload:
                                            "not used for the GPU exporter DaemonSet)")
     resources: dict[str, dict[str, str]] = field({}, doc="container requests/limits, e.g. "
                                                          "{requests: {cpu: 100m, memory: 128Mi}, limits: {...}}; "
-                                                         "each given entry replaces the default one")
+                                                         "each value given replaces its default")
 
     def _validate(self, path: str) -> None:
         if self.replicas is not None and self.replicas < 1:
@@ -447,7 +447,9 @@ class KubernetesSettings:
         """The effective replicas and resources of workload `name` (spec overrides over the defaults)."""
         default = KUBERNETES_WORKLOADS[name]
         given = self.workloads.get(name, KubernetesWorkload())
-        return KubernetesWorkload(given.replicas or default.replicas, {**default.resources, **given.resources})
+        resources = {kind: {**default.resources.get(kind, {}), **given.resources.get(kind, {})}
+                     for kind in ("requests", "limits")}
+        return KubernetesWorkload(given.replicas or default.replicas, resources)
 
     def _validate(self, path: str) -> None:
         unknown = sorted(set(self.workloads) - set(KUBERNETES_WORKLOADS))

@@ -328,14 +328,14 @@ def test_notifier_keeps_its_outbox_on_a_claim(objects):
 def test_workload_overrides_from_the_spec():
     spec = spec_from_dict({"kubernetes": {"image": "registry.example/inferwatch:1.2", "storage_class": "fast",
                                           "workloads": {"gateway": {"replicas": 3},
-                                                        "notifier": {"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}}}})
+                                                        "notifier": {"resources": {"limits": {"memory": "1Gi"}}}}}})
     objects = objects_of(generated(spec))
     hpa, = by_kind(objects, "HorizontalPodAutoscaler")
     assert hpa["spec"]["minReplicas"] == 3
     pods = _pods(objects)
     assert {c["image"] for p in pods.values() for c in p["containers"]} == {"registry.example/inferwatch:1.2"}
     notifier = pods["inferwatch-notifier"]["containers"][0]["resources"]
-    assert notifier == {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+    assert notifier == {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "1Gi"}}
     statefulset, = by_kind(objects, "StatefulSet")
     assert statefulset["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "fast"
 
