@@ -459,7 +459,8 @@ class KubernetesSettings:
         replicas = self.workload("gateway").replicas or 1
         if replicas > self.gateway_max_replicas:
             raise SpecError(f"{path}.gateway_max_replicas",
-                            f"expected at least workloads.gateway.replicas ({replicas}), got {self.gateway_max_replicas}")
+                            f"expected at least workloads.gateway.replicas ({replicas}), "
+                            f"got {self.gateway_max_replicas}")
 
 
 # -------------------------------------------------------------------------------------------- the spec

@@ -441,7 +441,8 @@ def _as_alertmanager_config(am_object: dict) -> dict:
     for r in am_object["spec"]["receivers"]:
         rec = {"name": r["name"]}
         if "webhookConfigs" in r:
-            rec["webhook_configs"] = [{"url": w["url"], "send_resolved": w["sendResolved"]} for w in r["webhookConfigs"]]
+            rec["webhook_configs"] = [{"url": w["url"], "send_resolved": w["sendResolved"]}
+                                      for w in r["webhookConfigs"]]
         if "pagerdutyConfigs" in r:
             rec["pagerduty_configs"] = [{"routing_key": "k", "url": p["url"]} for p in r["pagerdutyConfigs"]]
         receivers.append(rec)
@@ -521,7 +522,8 @@ def _blocks(section: str) -> dict[str, str]:
 def _merge(base: dict, extra: dict) -> dict:
     out = dict(base)
     for key, value in extra.items():
-        out[key] = _merge(out.get(key, {}), value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if both else value
     return out
 
 
@@ -538,7 +540,8 @@ def _block(blocks: dict[str, str], prefix: str) -> str:
 def test_readme_kubernetes_steps_render_and_validate(readme_k8s, tmp_path):
     """Steps 1-5 of the README section as written: the spec additions, the kube-prometheus-stack values, the
     Secrets, the base and the overlay."""
-    data = _merge(yaml.safe_load((ROOT / "inferwatch.yaml").read_text()), yaml.safe_load(_block(readme_k8s, "# my.yaml")))
+    data = _merge(yaml.safe_load((ROOT / "inferwatch.yaml").read_text()),
+                  yaml.safe_load(_block(readme_k8s, "# my.yaml")))
     spec = spec_from_dict(data)
     base = tmp_path / kgen.OUT_DIR
     base.mkdir(parents=True)
@@ -562,7 +565,8 @@ def test_readme_kubernetes_steps_render_and_validate(readme_k8s, tmp_path):
     assert am_spec["alertmanagerConfigSelector"]["matchLabels"].items() <= am["metadata"]["labels"].items()
     assert am_spec["alertmanagerConfigMatcherStrategy"] == {"type": "None"}
     sidecar = values["grafana"]["sidecar"]["dashboards"]
-    dashboards = [d for d in by_kind(objects, "ConfigMap") if d["metadata"]["labels"].get(sidecar["label"]) == sidecar["labelValue"]]
+    dashboards = [d for d in by_kind(objects, "ConfigMap")
+                  if d["metadata"]["labels"].get(sidecar["label"]) == sidecar["labelValue"]]
     assert len(dashboards) == len(dashboard_outputs(spec))
     # The Secrets the README creates are exactly the ones the base references.
     created: dict[str, set[str]] = {}

@@ -44,9 +44,9 @@ def cluster_spec(spec: Spec) -> Spec:
     grouping are untouched."""
     k = spec.kubernetes
     ns = spec.prometheus.kubernetes_namespace
+    interval = spec.targets.triton[0].metrics_interval_ms if spec.targets.triton else 2000
     triton = TritonTarget(name=k.triton.service, url=triton_url(spec), node=k.triton.service,
-                          headers=dict(k.triton.headers),
-                          metrics_interval_ms=spec.targets.triton[0].metrics_interval_ms if spec.targets.triton else 2000)
+                          headers=dict(k.triton.headers), metrics_interval_ms=interval)
     targets = dataclasses.replace(
         spec.targets, triton=[triton],
         prometheus=k.prometheus_url or f"http://prometheus-operated.{ns}.svc:9090",
