@@ -82,15 +82,22 @@ def evaluate(tree: ast.Expression, values: Mapping[str, float | None]) -> bool:
 
 
 def missing_names(tree: ast.Expression, values: Mapping[str, float | None]) -> list[str]:
-    """Names the condition compares or computes with whose value is missing, in order of appearance:
-    the evidence that would be needed to decide it."""
-    skip = presence_only_names(tree)
-    seen: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in values and values[node.id] is None \
-                and node.id not in skip and node.id not in seen:
-            seen.append(node.id)
-    return seen
+    """The missing values that leave the condition undecided, left to right: only those inside a part that
+    is itself undecided (in ``nodata(f) or f > 1`` a missing f decides, so it is not listed)."""
+    out: list[str] = []
+    for name in _missing(tree.body, values):
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _missing(node: ast.AST, values: Mapping[str, float | None]) -> list[str]:
+    if _eval(node, values) is not None:
+        return []
+    if isinstance(node, ast.Name):
+        return [node.id]
+    return [name for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)
+            for name in _missing(child, values)]
 
 
 def _eval(node: ast.AST, values: Mapping[str, float | None]):
