@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for a machine with an NVIDIA GPU (issue 3, item 7): run the GPU exporter on the real NVML and
+# GPU check for a machine with an NVIDIA GPU: run the GPU exporter on the real NVML and
 # compare its values with nvidia-smi on the same GPUs, idle and (when PyTorch is there) under load.
 #
 #   bash benchmarks/gpu_device_check.sh            # from the repository root; needs python3 with

@@ -6,12 +6,11 @@ import math
 import time
 
 import requests
-from prometheus_client import CollectorRegistry
 
 from gpu_support import SCENARIOS, FakeClock, by_gpu, render, samples
 from inferwatch.exporters.gpu.collector import GpuCollector
 from inferwatch.exporters.gpu.scenario import load_scenario, parse_scenario
-from inferwatch.exporters.gpu.server import MetricsServer, make_app
+from inferwatch.exporters.gpu.server import MetricsServer
 from inferwatch.exporters.gpu.sim import SimNvml
 from inferwatch.exporters.gpu.xid import XidWatcher
 
@@ -169,9 +168,7 @@ def test_xid_thread_reregisters_after_library_recovery():
 
 def test_http_scrape_is_200_with_a_lost_gpu_and_sim_events_endpoint():
     sim, collector, clock = _setup("faults.yaml")
-    registry = CollectorRegistry()
-    registry.register(collector)
-    server = MetricsServer(make_app(registry, sim), "127.0.0.1", 0)
+    server = MetricsServer.for_collector(collector, "127.0.0.1", 0, sim)
     server.start()
     base = f"http://127.0.0.1:{server.port}"
     try:
