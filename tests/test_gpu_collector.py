@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-import time
 
 import requests
 
-from gpu_support import SCENARIOS, FakeClock, by_gpu, render, samples
+from gpu_support import SCENARIOS, FakeClock, by_gpu, render, samples, wait_until
 from inferwatch.exporters.gpu.collector import GpuCollector
 from inferwatch.exporters.gpu.scenario import load_scenario, parse_scenario
 from inferwatch.exporters.gpu.server import MetricsServer
@@ -21,14 +20,6 @@ def _setup(raw_or_file, **kwargs):
     sim = SimNvml(scenario, clock=clock)
     collector = GpuCollector(sim, "node-a", interval_s=5, wall=clock, monotonic=clock, **kwargs)
     return sim, collector, clock
-
-
-def _wait_until(predicate, what: str, limit_s: float = 20.0):
-    """Poll a condition a background thread makes true (a bound on waiting, not a timed assertion)."""
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_faults_scenario_every_name_present_unsupported_absent_no_sentinel():
@@ -135,7 +126,7 @@ def test_xid_events_are_counted_per_code_by_the_event_thread():
         def counts():
             return {(s.labels["gpu"], s.labels["xid"]): s.value
                     for s in samples(render(collector), "inferwatch_gpu_xid_errors_total")}
-        _wait_until(lambda: counts().get(("1", "79")) == 1 and counts().get(("0", "48")) == 2, "XID counts")
+        wait_until(lambda: counts().get(("1", "79")) == 1 and counts().get(("0", "48")) == 2, "XID counts")
         text = render(collector)
         assert by_gpu(text, "DCGM_FI_DEV_XID_ERRORS") == {"0": 48, "1": 79}
         assert counts()[("0", "79")] == 0    # preset code, no event
@@ -158,7 +149,7 @@ def test_xid_thread_reregisters_after_library_recovery():
         generation = collector.generation
         assert collector.devices_for_events()[1]
         sim.add_events([{"gpu": 0, "xid": 94}])
-        _wait_until(lambda: any(s.labels["xid"] == "94" and s.value == 1
+        wait_until(lambda: any(s.labels["xid"] == "94" and s.value == 1
                                 for s in samples(render(collector), "inferwatch_gpu_xid_errors_total")),
                     "XID 94 after recovery")
         assert collector.generation == generation

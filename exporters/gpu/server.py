@@ -76,7 +76,9 @@ class MetricsServer:
     def for_collector(cls, collector: Any, host: str, port: int, sim: Any = None,
                       sim_any_host: bool = False) -> MetricsServer:
         """Serve a GpuCollector: its own registry, a cache re-rendered after each of its publications."""
-        registry = CollectorRegistry()
+        # support_collectors_without_names: the collector has no describe() (its families vary with the GPUs),
+        # and prometheus-client's `name[]` filter still has to reach it.
+        registry = CollectorRegistry(support_collectors_without_names=True)
         registry.register(collector)
         cache = ExpositionCache(registry, lambda: collector.version)
         collector.on_publish.append(cache.prerender)
