@@ -25,7 +25,8 @@ class ExpositionCache:
     """Cached exposition of `registry`. `version()` changes whenever the registry's content does (the GPU
     collector's `version`); bodies of an older version are never served once a newer one is known.
 
-    Thread-safe. `renders` counts bodies rendered (tests and benchmarks read it).
+    Thread-safe. `renders` counts texts rendered (tests and benchmarks read it); the gzip variant of a
+    format is compressed from that format's text, not rendered again.
     """
 
     def __init__(self, registry: CollectorRegistry, version: Callable[[], int]):
@@ -33,7 +34,8 @@ class ExpositionCache:
         self._version = version
         self._lock = threading.Lock()
         self._cached_version: int | None = None
-        self._bodies: dict[tuple[str, bool], bytes] = {}
+        self._texts: dict[str, bytes] = {}                # content type -> rendered text
+        self._bodies: dict[tuple[str, bool], bytes] = {}  # (content type, gzipped) -> the bytes served
         self._wanted: dict[tuple[str, bool], Encoder] = {}
         self.renders = 0
 
@@ -49,7 +51,9 @@ class ExpositionCache:
         """Like `body` for `?name[]=...`: only those families, rendered now (a rare, diagnostic request)."""
         encoder, content_type = choose_encoder(accept or "")
         compress = gzip_accepted(accept_encoding or "")
-        return content_type, compress, self._render(encoder, compress, self._registry.restricted_registry(names))
+        self.renders += 1
+        output = encoder(self._registry.restricted_registry(names))
+        return content_type, compress, gzip.compress(output) if compress else output
 
     def prerender(self) -> None:
         """Render every variant scraped so far for the current version (call after each publish)."""
@@ -61,14 +65,15 @@ class ExpositionCache:
         # Rendering under the lock: concurrent scrapes of a new version wait for one render, not do N.
         version = self._version()
         if version != self._cached_version:
+            self._texts.clear()
             self._bodies.clear()
             self._cached_version = version
         body = self._bodies.get(key)
         if body is None:
-            body = self._bodies[key] = self._render(encoder, key[1], self._registry)
+            content_type, compress = key
+            text = self._texts.get(content_type)
+            if text is None:   # one render per format; the gzip variant compresses the same text
+                self.renders += 1
+                text = self._texts[content_type] = encoder(self._registry)
+            body = self._bodies[key] = gzip.compress(text) if compress else text
         return body
-
-    def _render(self, encoder: Encoder, compress: bool, registry) -> bytes:
-        self.renders += 1
-        output = encoder(registry)
-        return gzip.compress(output) if compress else output
