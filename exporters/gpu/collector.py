@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import pynvml
 from prometheus_client.core import Metric
@@ -86,6 +86,7 @@ class GpuCollector:
         self._families: list[Metric] = []
         self.version = 0              # bumped after every change of the published families
         self.on_publish: list[Callable[[], None]] = []
+        self.yield_to: Any = None     # exposition.Scrapes: collection steps aside between GPUs for scrapes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rebuild()
@@ -140,7 +141,7 @@ class GpuCollector:
                 return snapshot
             try:
                 self._reopen_missing()
-                readings = tuple(read_gpu(self.nvml, self.tally, d) for d in self._devices)
+                readings = tuple(self._read_all())
                 snapshot = Snapshot(nvml_up=True, devices=len(self._devices), driver_version=self._driver,
                                     gpus=readings)
                 success = True
@@ -152,6 +153,14 @@ class GpuCollector:
                 snapshot, success = self._library_down_snapshot(), False
             self._publish(snapshot, self._monotonic() - started, success=success)
             return snapshot
+
+    def _read_all(self) -> Iterator[GpuReading]:
+        if self.yield_to is not None:
+            self.yield_to.reset()
+        for device in self._devices:
+            if self.yield_to is not None:
+                self.yield_to.pause()
+            yield read_gpu(self.nvml, self.tally, device)
 
     # ------------------------------------------------------------------------------ library state
     def _try_init(self, now: float) -> bool:

@@ -23,6 +23,18 @@ log = logging.getLogger(__name__)
 
 
 class _QuietHandler(WSGIRequestHandler):
+    def handle(self) -> None:
+        # From request line to last byte written, a scrape counts as in flight: background rendering steps
+        # aside for it (exposition.Scrapes).
+        scrapes = getattr(self.server, "scrapes", None)
+        if scrapes is None:
+            return super().handle()
+        scrapes.begin()
+        try:
+            super().handle()
+        finally:
+            scrapes.end()
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)
 
@@ -68,6 +80,7 @@ class MetricsServer:
 
     def __init__(self, app: Callable, host: str, port: int, cache: ExpositionCache | None = None):
         self._server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        self._server.scrapes = cache.scrapes if cache is not None else None
         self.host, self.port = host, self._server.server_port
         self.cache = cache
         self._thread: threading.Thread | None = None
@@ -82,6 +95,7 @@ class MetricsServer:
         registry.register(collector)
         cache = ExpositionCache(registry, lambda: collector.version)
         collector.on_publish.append(cache.prerender)
+        collector.yield_to = cache.scrapes
         return cls(make_app(cache, sim, sim_any_host), host, port, cache)
 
     def serve_forever(self) -> None:
