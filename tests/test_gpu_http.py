@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import threading
+import time
 
 import pytest
 import requests
@@ -13,6 +15,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from gpu_support import FakeClock, by_gpu, samples
 from inferwatch.exporters.gpu.collector import GpuCollector
+from inferwatch.exporters.gpu.exposition import Scrapes, YieldingView
 from inferwatch.exporters.gpu.scenario import parse_scenario
 from inferwatch.exporters.gpu.server import MetricsServer, make_app
 from inferwatch.exporters.gpu.sim import SimNvml
@@ -153,3 +156,30 @@ def test_sim_events_are_loopback_only_unless_told(served, remote, allowed):
     assert status.startswith("200")
     status, _ = _call(make_app(server.cache, None), "POST", "/sim/events", "127.0.0.1")
     assert status.startswith("404")                                   # a real-NVML exporter has no such path
+
+
+def test_background_render_waits_for_a_scrape_in_flight_and_gives_the_same_bytes(served):
+    _, collector, server, _ = served
+    scrapes = Scrapes(max_wait_s=30, budget_s=60)
+    events: list[str] = []
+    scrapes.begin()                                   # a scrape is being served
+    pauser = threading.Thread(target=lambda: (scrapes.pause(), events.append("render resumed")))
+    pauser.start()
+    time.sleep(0.05)                                  # let the render reach its pause (ordering aid only)
+    events.append("scrape done")
+    scrapes.end()
+    pauser.join(timeout=30)
+    assert events == ["scrape done", "render resumed"]
+    registry = CollectorRegistry()
+    registry.register(collector)
+    assert generate_latest(YieldingView(registry, Scrapes())) == generate_latest(registry)
+
+
+def test_stepping_aside_is_bounded_by_a_budget():
+    scrapes = Scrapes(max_wait_s=0.01, budget_s=0.05)
+    scrapes.begin()                                   # a scrape that never ends
+    for _ in range(100):                              # would wait 1 s without the budget
+        scrapes.pause()
+    assert scrapes.budget_left_s <= 0
+    scrapes.reset()
+    assert scrapes.budget_left_s == 0.05

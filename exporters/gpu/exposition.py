@@ -54,6 +54,10 @@ class Scrapes:
     def reset(self) -> None:
         self._left = self.budget_s
 
+    @property
+    def budget_left_s(self) -> float:
+        return self._left
+
     def pause(self) -> None:
         with self._cond:
             if not self._in_flight or self._left <= 0:
@@ -63,7 +67,7 @@ class Scrapes:
             self._left -= time.monotonic() - started
 
 
-class _Yielding:
+class YieldingView:
     """A registry view whose collect() lets in-flight scrapes go first between families (same output)."""
 
     def __init__(self, registry: CollectorRegistry, scrapes: Scrapes):
@@ -121,7 +125,7 @@ class ExpositionCache:
         with self._lock:
             wanted = dict(self._wanted)
         self.scrapes.reset()
-        view = _Yielding(self._registry, self.scrapes)
+        view = YieldingView(self._registry, self.scrapes)
         texts: dict[str, bytes] = {}
         bodies: dict[Key, bytes] = {}
         for (content_type, compress), encoder in wanted.items():
