@@ -18,7 +18,7 @@ Prints one JSON line per size and encoding, then a final JSON line:
   {"budget_p99_ratio": 1.5, "within_budget": true, "worst_p99_ratio": ..., "runs": {...}, "results": [...]}
 where each result has exporter/plain p50/p99 (ms), p50_ratio and p99_ratio (exporter / plain).
 
-    .venv/bin/python benchmarks/gpu_exporter.py [--sizes 8,64] [--scrapes 500] [--warmup 20] [--collections 50]
+    .venv/bin/python benchmarks/gpu_exporter.py [--sizes 8,64] [--scrapes 1000] [--warmup 20] [--collections 50]
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ def measure_scrapes(gpus: int, args: argparse.Namespace, workdir: Path) -> list[
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="8,64", help="GPU counts to measure (default 8,64)")
-    parser.add_argument("--scrapes", type=int, default=500, help="measured scrapes per server and variant (default 500)")
+    parser.add_argument("--scrapes", type=int, default=1000,
+                        help="measured scrapes per server and variant (default 1000)")
     parser.add_argument("--warmup", type=int, default=20, help="unmeasured scrapes first (default 20)")
     parser.add_argument("--collections", type=int, default=50, help="measured collections per size (default 50)")
     parser.add_argument("--interval", default="1s", help="the exporter's --interval while scraped (default 1s)")
