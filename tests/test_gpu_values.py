@@ -8,8 +8,9 @@ import contextlib
 
 import pytest
 import requests
+import yaml
 
-from gpu_support import FakeClock, by_gpu, samples, wait_until
+from gpu_support import SCENARIOS, FakeClock, by_gpu, samples, wait_until
 from inferwatch.exporters.gpu.collector import GpuCollector
 from inferwatch.exporters.gpu.scenario import parse_scenario
 from inferwatch.exporters.gpu.server import MetricsServer
@@ -96,6 +97,19 @@ def test_blank_and_impossible_values_are_dropped_and_counted(values, expected, c
         assert _dropped(text) == counts
         for s in samples(text):
             assert s.value < 2**53, (s.name, s.labels, s.value)   # nothing sentinel-sized reached the scrape
+
+
+def test_shipped_blanks_scenario_scrapes_as_documented():
+    with _served(yaml.safe_load((SCENARIOS / "blanks.yaml").read_text())) as (_, collector, clock, base):
+        seen = []
+        for _ in range(4):
+            collector.collect_once()
+            text = _scrape(base)
+            seen.append(tuple(by_gpu(text, m).get("0") for m in
+                              ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_UTIL",
+                               "DCGM_FI_DEV_FAN_SPEED")))
+            clock.advance(STEP_S)
+    assert seen == [(None, None, 52, 45), (None, 1410, None, 45), (None, 1410, 55, 45), (None, 1410, 55, None)]
 
 
 def test_fan_speed_only_where_the_gpu_has_fans():
