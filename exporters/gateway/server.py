@@ -10,7 +10,7 @@ import signal
 from typing import Callable, TextIO
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.process_collector import ProcessCollector
 
 from inferwatch.exporters.gateway.api import Gateway
@@ -32,13 +32,10 @@ def usage_writer(stream: TextIO):
 
 
 def metrics_app(gateway: Gateway) -> web.Application:
-    registry = gateway.metrics.registry
-
-    async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
+    """/metrics through prometheus-client's own aiohttp handler: content negotiation (OpenMetrics when asked)
+    and gzip when the scraper accepts it."""
     app = web.Application()
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", make_aiohttp_handler(gateway.metrics.registry))
     return app
 
 
