@@ -308,6 +308,8 @@ class ScriptedUpstream:
         script = self.scripts.get(request.headers.get("X-Script", ""))
         if script is None:
             return web.Response(status=404, text="no script")
+        if script.delay:
+            await asyncio.sleep(script.delay)
         resp = web.StreamResponse(status=script.status, headers=script.headers)
         if script.length is not None:
             resp.content_length = script.length
@@ -337,9 +339,13 @@ class ScriptedUpstream:
 
 
 class Script:
+    """What the upstream answers: `status`, headers, body `items` (see ScriptedUpstream); `length` sets
+    Content-Length (else the body is chunked); `delay` seconds pass before the status line is sent."""
+
     def __init__(self, items, status: int = 200, content_type: str = "text/event-stream",
-                 headers: dict | None = None, length: int | None = None):
+                 headers: dict | None = None, length: int | None = None, delay: float = 0.0):
         self.items = list(items)
+        self.delay = delay
         self.status = status
         self.headers = {"Content-Type": content_type, **(headers or {})}
         self.length = length
