@@ -1,4 +1,5 @@
-"""Run the proxy and its /metrics endpoint on one event loop, until SIGINT/SIGTERM."""
+"""Run the proxy and its /metrics endpoint on one event loop, until SIGINT/SIGTERM (/metrics is rendered in
+a forked child, off this loop: exposition.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import signal
 from typing import Callable, TextIO
 
 from aiohttp import web
-from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.process_collector import ProcessCollector
 
 from inferwatch.exporters.gateway.api import Gateway
+from inferwatch.exporters.gateway.exposition import metrics_handler
 from inferwatch.exporters.gateway.meter import Usage
 from inferwatch.exporters.gateway.proxy import Proxy
 from inferwatch.exporters.gateway.serverlog import ServerLog
@@ -32,10 +33,10 @@ def usage_writer(stream: TextIO):
 
 
 def metrics_app(gateway: Gateway) -> web.Application:
-    """/metrics through prometheus-client's own aiohttp handler: content negotiation (OpenMetrics when asked)
-    and gzip when the scraper accepts it."""
+    """/metrics through prometheus-client's own aiohttp handler (content negotiation, gzip when the scraper
+    accepts it), run off the proxy's loop (exposition.py)."""
     app = web.Application()
-    app.router.add_get("/metrics", make_aiohttp_handler(gateway.metrics.registry))
+    app.router.add_get("/metrics", metrics_handler(gateway.metrics.registry))
     return app
 
 
@@ -48,7 +49,9 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int, metrics_h
     both sockets listen. A bind failure (OSError, e.g. EADDRINUSE) propagates out of this coroutine.
     """
     # Process CPU and memory next to the gateway metrics: the proxy's own cost is part of what it reports.
-    ProcessCollector(registry=proxy.gateway.metrics.registry)
+    # pid fixed to this process: /metrics is rendered in a forked child, whose own figures would be wrong.
+    pid = os.getpid()
+    ProcessCollector(pid=lambda: pid, registry=proxy.gateway.metrics.registry)
     # handler_cancellation: a client that disconnects cancels its handler, so the upstream request is
     # closed at once even while waiting for a first token (aiohttp ≥ 3.9 defaults to not cancelling).
     # ServerLog: a malformed request is one INFO line, not an ERROR traceback (see serverlog.py).
