@@ -38,11 +38,15 @@ class _Zlib:
     def __init__(self, wbits: int):
         self._wbits = wbits
         self._d = zlib.decompressobj(wbits)
-        self._first = True
+        self._first = b"" if wbits == zlib.MAX_WBITS else None  # deflate: the first bytes, until there are 2
 
     def feed(self, data: bytes, max_out: int) -> bytes:
-        if self._first and data:
-            self._first = False
+        if self._first is not None:
+            data = self._first + data
+            if len(data) < 2:
+                self._first = data
+                return b""
+            self._first = None
             # RFC 9110 says deflate is the zlib format, but some servers send raw DEFLATE: a zlib stream's
             # first two bytes name method 8 and are a multiple of 31 (RFC 1950 §2.2).
             if self._wbits == zlib.MAX_WBITS and not _zlib_header(data):
@@ -68,7 +72,7 @@ class _Zlib:
 
 
 def _zlib_header(data: bytes) -> bool:
-    return len(data) < 2 or (data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0)
+    return data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
 
 
 class _Brotli:
@@ -96,6 +100,8 @@ class _Zstd:
     def feed(self, data: bytes, max_out: int) -> bytes:
         out = []
         size = 0
+        if self._d.eof:
+            self._d = ZstdDecompressor()  # the previous read ended a frame; this one starts the next
         try:
             while True:
                 part = self._d.decompress(data, max_out + 1 - size)
