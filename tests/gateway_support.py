@@ -181,15 +181,7 @@ class OpenAIUpstream:
             return web.json_response(self.non_stream_body)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for item in self.script:
-            if isinstance(item, tuple) and item[0] == "sleep":
-                await asyncio.sleep(item[1])
-            elif isinstance(item, tuple) and item[0] == "cut":
-                request.transport.close()
-                return resp
-            else:
-                await resp.write(item)
-        await resp.write_eof()
+        await play(request, resp, self.script, time.monotonic())
         return resp
 
     def stop(self):
@@ -314,28 +306,36 @@ class ScriptedUpstream:
         if script.length is not None:
             resp.content_length = script.length
         await resp.prepare(request)
-        for item in script.items:
-            if isinstance(item, tuple) and item[0] == "at":
-                delay = t0 + item[1] - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            elif isinstance(item, tuple) and item[0] == "cut":
-                request.transport.close()
-                return resp
-            elif isinstance(item, tuple) and item[0] == "bulk":
-                left, piece = item[1], item[2]
-                while left > 0:
-                    part = piece[:left]
-                    await resp.write(part)
-                    left -= len(part)
-            else:
-                await resp.write(item)
-        await resp.write_eof()
+        await play(request, resp, script.items, t0)
         return resp
 
     def stop(self):
         self._lt.run(self._runner.cleanup())
         self._lt.close()
+
+
+async def play(request: web.Request, resp: web.StreamResponse, items, t0: float) -> None:
+    """Write a script's items (see ScriptedUpstream; ("sleep", s) waits s seconds) and end the body, or cut
+    the connection at ("cut",)."""
+    for item in items:
+        if isinstance(item, tuple) and item[0] == "at":
+            delay = t0 + item[1] - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        elif isinstance(item, tuple) and item[0] == "sleep":
+            await asyncio.sleep(item[1])
+        elif isinstance(item, tuple) and item[0] == "cut":
+            request.transport.close()
+            return
+        elif isinstance(item, tuple) and item[0] == "bulk":
+            left, piece = item[1], item[2]
+            while left > 0:
+                part = piece[:left]
+                await resp.write(part)
+                left -= len(part)
+        else:
+            await resp.write(item)
+    await resp.write_eof()
 
 
 class Script:

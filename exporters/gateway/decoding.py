@@ -32,13 +32,55 @@ class TooLarge(Exception):
     """The decoded output passed `max_out`."""
 
 
-class _Zlib:
-    __slots__ = ("_wbits", "_d", "_first")
+class _Members:
+    """A decoder for formats whose stream may hold several members (gzip members, zstd frames): each member
+    needs a fresh decompressor, which takes the previous one's `unused_data`."""
+
+    __slots__ = ("_d",)
+
+    def _new(self):
+        raise NotImplementedError
+
+    def _more(self, d) -> bytes | None:
+        """Input to feed `d` again (it stopped at the output limit), or None when it wants new input."""
+        raise NotImplementedError
+
+    def _decode(self, data: bytes, max_out: int) -> bytes:
+        if self._d.eof:
+            self._d = self._new()  # the previous read ended a member; this one starts the next
+        out = []
+        size = 0
+        while True:
+            part = self._d.decompress(data, max_out + 1 - size)
+            out.append(part)
+            size += len(part)
+            if size > max_out:
+                raise TooLarge
+            if self._d.eof:
+                data = self._d.unused_data
+                if not data:
+                    break
+                self._d = self._new()
+                continue
+            data = self._more(self._d)
+            if data is None:
+                break
+        return b"".join(out)
+
+
+class _Zlib(_Members):
+    __slots__ = ("_wbits", "_first")
 
     def __init__(self, wbits: int):
         self._wbits = wbits
-        self._d = zlib.decompressobj(wbits)
+        self._d = self._new()
         self._first = b"" if wbits == zlib.MAX_WBITS else None  # deflate: the first bytes, until there are 2
+
+    def _new(self):
+        return zlib.decompressobj(self._wbits)
+
+    def _more(self, d) -> bytes | None:
+        return d.unconsumed_tail or None
 
     def feed(self, data: bytes, max_out: int) -> bytes:
         if self._first is not None:
@@ -49,26 +91,13 @@ class _Zlib:
             self._first = None
             # RFC 9110 says deflate is the zlib format, but some servers send raw DEFLATE: a zlib stream's
             # first two bytes name method 8 and are a multiple of 31 (RFC 1950 §2.2).
-            if self._wbits == zlib.MAX_WBITS and not _zlib_header(data):
+            if not _zlib_header(data):
                 self._wbits = -zlib.MAX_WBITS
-                self._d = zlib.decompressobj(self._wbits)
-        out = []
-        size = 0
+                self._d = self._new()
         try:
-            while data:
-                part = self._d.decompress(data, max_out + 1 - size)
-                out.append(part)
-                size += len(part)
-                if size > max_out:
-                    raise TooLarge
-                if self._d.eof:
-                    data = self._d.unused_data  # another gzip member follows
-                    self._d = zlib.decompressobj(self._wbits)
-                else:
-                    data = self._d.unconsumed_tail
+            return self._decode(data, max_out)
         except zlib.error as exc:
             raise Undecodable(str(exc)) from None
-        return b"".join(out)
 
 
 def _zlib_header(data: bytes) -> bool:
@@ -91,34 +120,23 @@ class _Brotli:
         return out
 
 
-class _Zstd:
-    __slots__ = ("_d",)
+class _Zstd(_Members):
+    __slots__ = ()
 
     def __init__(self):
-        self._d = ZstdDecompressor()
+        self._d = self._new()
+
+    def _new(self):
+        return ZstdDecompressor()
+
+    def _more(self, d) -> bytes | None:
+        return None if d.needs_input else b""
 
     def feed(self, data: bytes, max_out: int) -> bytes:
-        out = []
-        size = 0
-        if self._d.eof:
-            self._d = ZstdDecompressor()  # the previous read ended a frame; this one starts the next
         try:
-            while True:
-                part = self._d.decompress(data, max_out + 1 - size)
-                out.append(part)
-                size += len(part)
-                if size > max_out:
-                    raise TooLarge
-                if self._d.eof and self._d.unused_data:
-                    data = self._d.unused_data  # the next frame
-                    self._d = ZstdDecompressor()
-                    continue
-                if self._d.needs_input or self._d.eof:
-                    break
-                data = b""
+            return self._decode(data, max_out)
         except ZstdError as exc:
             raise Undecodable(str(exc)) from None
-        return b"".join(out)
 
 
 _DECODERS = {"gzip": lambda: _Zlib(16 + zlib.MAX_WBITS), "x-gzip": lambda: _Zlib(16 + zlib.MAX_WBITS),
