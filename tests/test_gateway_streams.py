@@ -21,29 +21,30 @@ def sse(*payloads: bytes, end: bytes = b"\n\n") -> bytes:
 
 
 # ------------------------------------------------------------------------------------------------ rows
+ANY = (0.0, 10.0)  # a row whose point is not its timing: TTFT observed once, whatever the machine's load
 # Each row: (id, path, script items, expected outcome, expected output tokens, TTFT bounds (lo, hi) or None)
 FRAMING = [
     # The issue's input: one event per read ending in a lone CR pair; TTFT is the first write (300 ms), not
     # the second (350 ms), and the last event ([DONE]) is not lost.
     ("cr_cr_one_event_per_read", CHAT, [("at", 0.3), sse(HI, end=b"\r\r"), ("at", 0.35), sse(STOP, end=b"\r\r"),
                                         ("at", 0.4), b"data: [DONE]\r\r"], "ok", 1, (0.3, 0.35)),
-    ("lf", CHAT, [("at", 0.1), sse(HI), sse(STOP), b"data: [DONE]\n\n"], "ok", 1, (0.1, 0.3)),
+    ("lf", CHAT, [("at", 0.1), sse(HI), sse(STOP), b"data: [DONE]\n\n"], "ok", 1, (0.1, 10.0)),
     ("crlf", CHAT, [("at", 0.1), sse(HI, end=b"\r\n\r\n"), sse(STOP, end=b"\r\n\r\n"), b"data: [DONE]\r\n\r\n"],
-     "ok", 1, (0.1, 0.3)),
+     "ok", 1, (0.1, 10.0)),
     # CRLF split between reads: the event ends at the CR (first read), the LF of the next read is skipped.
     ("crlf_split_between_reads", CHAT, [("at", 0.3), b"data: " + HI + b"\r\n\r", ("at", 0.6),
                                         b"\n" + sse(STOP, end=b"\r\n\r\n") + b"data: [DONE]\r\n\r\n"],
      "ok", 1, (0.3, 0.6)),
     ("mixed_endings_in_one_read", CHAT, [b"data: " + HI + b"\n\ndata: " + HI + b"\r\rdata: " + HI +
                                          b"\r\n\r\ndata: " + STOP + b"\r\n\r\ndata: [DONE]\r\n\r\n"],
-     "ok", 3, (0.0, 0.3)),
+     "ok", 3, ANY),
     ("event_split_over_reads", CHAT, [("at", 0.1), b"data: {\"choices\":[{\"ind", ("at", 0.3),
                                       b"ex\":0,\"delta\":{\"content\":\"Hi\"}}]}\n", ("at", 0.35), b"\n",
                                       sse(STOP), b"data: [DONE]\n\n"], "ok", 1, (0.35, 0.6)),
     ("bom_comments_multiline_data", CHAT, [b"\xef\xbb\xbf: keep-alive\n\n", b"data: {\"choices\":\n"
                                            b"data: [{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n",
                                            b"event: message\nid: 7\ndata: " + STOP + b"\n\n", b"data: [DONE]\n\n"],
-     "ok", 1, (0.0, 0.3)),
+     "ok", 1, ANY),
     ("triton_cr_cr", TRITON, [("at", 0.2), b'data: {"text_output":"a"}\r\r', ("at", 0.4),
                               b'data: {"text_output":"b"}\r\r'], "ok", 2, (0.2, 0.4)),
 ]
@@ -60,10 +61,10 @@ OUTPUT_FIELDS = [
 ] + [
     (f"field_{f}", CHAT, [("at", 0.1), sse(chunk({f: FIELD_VALUE.get(f, "tok")})),
                           sse(chunk({f: FIELD_VALUE.get(f, "tok")})), sse(STOP), b"data: [DONE]\n\n"],
-     "ok", 2, (0.1, 0.3)) for f in FIELDS
+     "ok", 2, (0.1, 10.0)) for f in FIELDS
 ] + [
     ("completions_text", COMPLETIONS, [("at", 0.1), sse(chunk(text="a")), sse(chunk(text="b")),
-                                       sse(chunk(text="", finish="stop")), b"data: [DONE]\n\n"], "ok", 2, (0.1, 0.3)),
+                                       sse(chunk(text="", finish="stop")), b"data: [DONE]\n\n"], "ok", 2, (0.1, 10.0)),
     ("nothing_generated", CHAT, [sse(chunk({"role": "assistant", "content": ""}), chunk({"content": None}),
                                      chunk({"tool_calls": [], "refusal": None, "reasoning": ""}), STOP),
                                  b"data: [DONE]\n\n"], "ok", 0, None),
@@ -71,20 +72,20 @@ OUTPUT_FIELDS = [
 
 # What ends a stream well: [DONE], or a finish_reason for every choice then a clean end of the body.
 ENDS = [
-    ("finish_reason_then_close", CHAT, [sse(chunk({"content": "x"}, finish="stop"))], "ok", 1, (0.0, 0.3)),
+    ("finish_reason_then_close", CHAT, [sse(chunk({"content": "x"}, finish="stop"))], "ok", 1, ANY),
     ("finish_then_usage_then_close", CHAT, [sse(HI, chunk({"content": "!"}, finish="length"),
                                                 b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5,'
-                                                b'"total_tokens":8}}')], "ok", 5, (0.0, 0.3)),
-    ("done_without_finish_reason", CHAT, [sse(HI, HI), b"data: [DONE]\n\n"], "ok", 2, (0.0, 0.3)),
-    ("neither_is_truncated", CHAT, [sse(HI, HI)], "error", 2, (0.0, 0.3)),
+                                                b'"total_tokens":8}}')], "ok", 5, ANY),
+    ("done_without_finish_reason", CHAT, [sse(HI, HI), b"data: [DONE]\n\n"], "ok", 2, ANY),
+    ("neither_is_truncated", CHAT, [sse(HI, HI)], "error", 2, ANY),
     ("two_choices_one_unfinished", CHAT, [sse(chunk({"content": "a"}, index=0), chunk({"content": "b"}, index=1),
-                                              chunk({}, finish="stop", index=0))], "error", 2, (0.0, 0.3)),
+                                              chunk({}, finish="stop", index=0))], "error", 2, ANY),
     ("two_choices_both_finished", CHAT, [sse(chunk({"content": "a"}, index=0), chunk({"content": "b"}, index=1),
                                              chunk({}, finish="stop", index=0), chunk({}, finish="stop", index=1))],
-     "ok", 2, (0.0, 0.3)),
-    ("triton_clean_end", TRITON, [b'data: {"text_output":"a"}\n\n'], "ok", 1, (0.0, 0.3)),
+     "ok", 2, ANY),
+    ("triton_clean_end", TRITON, [b'data: {"text_output":"a"}\n\n'], "ok", 1, ANY),
     ("cut_after_finish_reason", CHAT, [sse(chunk({"content": "x"}, finish="stop")), ("cut",)], "error", 1,
-     (0.0, 0.3)),
+     ANY),
 ]
 
 ROWS = FRAMING + OUTPUT_FIELDS + ENDS
