@@ -60,7 +60,9 @@ class RunningProxy:
         self._stop = self._lt.run(_make_event())
         ready = concurrent.futures.Future()
         self._task = asyncio.run_coroutine_threadsafe(
-            serve(self.proxy, "127.0.0.1", *ports, stop=self._stop,
+            # In place: this test process's own thread reads the registry too (value()), which a forked render
+            # must not meet mid-read; GatewayProcess tests cover the forked render of the CLI.
+            serve(self.proxy, "127.0.0.1", *ports, stop=self._stop, forked_metrics=False,
                   on_ready=lambda port, metrics_port: ready.set_result((port, metrics_port))), self._lt.loop)
         self.port, self.metrics_port = _wait_ready(ready, self._task, "proxy listening", self._lt)
         self.url = f"http://127.0.0.1:{self.port}"

@@ -11,8 +11,9 @@ How: each scrape forks the process; the child runs prometheus-client's own aioht
 (`make_aiohttp_handler`: content negotiation, `name[]` filtering) on its copy of the registry, sends the
 answer back through a pipe and exits; the proxy's loop only forks (about a millisecond) and reads the pipe.
 gzip is applied by aiohttp on the way out, as that handler asks. Safe because the fork happens on the loop's
-own thread, the only one that updates gateway metrics, so no metric lock can be held in the child, and the
-child only reads memory and leaves with os._exit (no cleanup, no logging, no I/O but the pipe).
+own thread, the only one that touches the registry (the CLI's case: serve(forked_metrics=False) is for
+processes where other threads read it too), so no metric lock can be held in the child, and the child only
+reads memory and leaves with os._exit (no cleanup, no logging, no I/O but the pipe).
 Process metrics (`process_*`) are the gateway's own (ProcessCollector reads the parent's pid).
 One render runs at a time; a child that does not answer within RENDER_TIMEOUT_S is killed (answer 503).
 Where os.fork does not exist, the handler renders in place.

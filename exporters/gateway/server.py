@@ -32,18 +32,21 @@ def usage_writer(stream: TextIO):
     return write
 
 
-def metrics_app(gateway: Gateway) -> web.Application:
+def metrics_app(gateway: Gateway, forked: bool = True) -> web.Application:
     """/metrics through prometheus-client's own aiohttp handler (content negotiation, gzip when the scraper
     accepts it), run off the proxy's loop (exposition.py)."""
     app = web.Application()
-    app.router.add_get("/metrics", metrics_handler(gateway.metrics.registry))
+    app.router.add_get("/metrics", metrics_handler(gateway.metrics.registry, forked))
     return app
 
 
 async def serve(proxy: Proxy, host: str, port: int, metrics_port: int, metrics_host: str | None = None,
                 stop: asyncio.Event | None = None,
-                on_ready: Callable[[int, int], None] | None = None) -> None:
+                on_ready: Callable[[int, int], None] | None = None, forked_metrics: bool = True) -> None:
     """Serve until `stop` is set (or a signal arrives when `stop` is None).
+
+    `forked_metrics`: render /metrics in a forked child (exposition.py), which needs this loop's thread to be
+    the only one touching the registry; pass False when other threads read it (in-process tests).
 
     Port 0 lets the OS pick; `on_ready(port, metrics_port)` is called with the ports actually bound once
     both sockets listen. A bind failure (OSError, e.g. EADDRINUSE) propagates out of this coroutine.
@@ -56,7 +59,7 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int, metrics_h
     # closed at once even while waiting for a first token (aiohttp ≥ 3.9 defaults to not cancelling).
     # ServerLog: a malformed request is one INFO line, not an ERROR traceback (see serverlog.py).
     runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None, logger=ServerLog())
-    metrics_runner = web.AppRunner(metrics_app(proxy.gateway), access_log=None, logger=ServerLog())
+    metrics_runner = web.AppRunner(metrics_app(proxy.gateway, forked_metrics), access_log=None, logger=ServerLog())
     await runner.setup()
     await metrics_runner.setup()
     try:
