@@ -1,11 +1,12 @@
 """/metrics for the gateway, rendered outside the proxy's event loop and outside its interpreter lock.
 
 Why: the gateway's page grows with tenants × models × tiers (7 histograms each): with 50 tenants it is about
-1 MB and takes about 190 ms to render on a 2-core machine. Rendered on the proxy's event loop, a scrape per
-second added 207 ms to TTFT p99; rendered on a thread of the same process it was no better (the render
-holds the interpreter lock, and each handover to the proxy's thread waits on the OS scheduler). Forked, the
-longest stall of the serving loop per scrape fell from 120-290 ms to 9-14 ms. Measured with
-benchmarks/gateway_overhead.py (README, "Overhead").
+1 MB and costs about 90 ms of CPU to render (190 ms wall on a loaded 2-core machine). Rendered on the proxy's
+event loop, a scrape per second added 207 ms to TTFT p99; rendered on a thread of the same process it was no
+better (the render holds the interpreter lock, and each handover to the proxy's thread waits on the OS
+scheduler). Forked, the serving loop spends about 6 ms of CPU per scrape instead of about 92 ms, and its
+longest stall per scrape is 7–36 ms instead of 140–370 ms. Measured with benchmarks/gateway_overhead.py
+(README, "Overhead").
 
 How: each scrape forks the process; the child runs prometheus-client's own aiohttp handler
 (`make_aiohttp_handler`: content negotiation, `name[]` filtering) on its copy of the registry, sends the
