@@ -14,8 +14,10 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "gateway", help="L3 gateway exporter: streaming proxy measuring TTFT, ITL, tokens per tenant",
         description="Streaming reverse proxy in front of Triton or an OpenAI-compatible server. Forwards every "
-                    "request unchanged; meters Triton generate/generate_stream/infer and OpenAI "
-                    "/v1/chat/completions and /v1/completions; serves gateway_* metrics on --metrics-port.")
+                    "request unchanged (paths made canonical; %2F refused with 400); meters OpenAI "
+                    "/v1/chat/completions and /v1/completions, and Triton generate/generate_stream (every model) "
+                    "or, when the spec lists gateway.llm_models, generate/generate_stream/infer of those models; "
+                    "serves gateway_* metrics on --metrics-port.")
     p.add_argument("--upstream", required=True, metavar="URL",
                    help="base URL requests are forwarded to, e.g. http://triton:8000; user:password@ in it is "
                         "sent as HTTP Basic auth and never logged")
