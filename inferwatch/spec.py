@@ -250,10 +250,27 @@ class Tier:
 
 @dataclasses.dataclass
 class GatewaySettings:
+    """The L3 gateway proxy: label headers, limits, and which Triton models are LLMs (metered)."""
+
     tenant_header: str = field("X-Tenant-ID")
     service_header: str = field("X-Service-Name")
-    max_body_bytes: int = field(8 * 1024 * 1024)
-    upstream_timeout: Duration = field(_d("5m"))
+    max_body_bytes: int = field(8 * 1024 * 1024, doc="largest request body forwarded; above it: 413")
+    upstream_timeout: Duration = field(_d("5m"), doc="connect, response headers and each gap between reads; "
+                                                     "above it: 504 (or the stream is cut)")
+    max_answer_bytes: int = field(
+        16 * 1024 * 1024,
+        doc="most bytes of one non-streamed answer (or of one stream event, decompressed) the gateway holds to "
+            "meter it; a larger answer is forwarded unmetered as it arrives (counted in "
+            "gateway_unmetered_responses_total{reason=\"too_large\"}, logged once)")
+    llm_models: list[str] | None = field(
+        None, doc="Triton models metered as LLM traffic on generate, generate_stream and infer; unset: "
+                  "generate and generate_stream of every model (Triton's LLM endpoints) and infer of none. "
+                  "OpenAI-compatible /v1/chat/completions and /v1/completions are always metered")
+
+    def _validate(self, path: str) -> None:
+        for name in ("max_body_bytes", "max_answer_bytes"):
+            if getattr(self, name) < 1024:
+                raise SpecError(f"{path}.{name}", f"expected at least 1024, got {getattr(self, name)}")
 
 
 # ------------------------------------------------------------------------------------ notifier routing
