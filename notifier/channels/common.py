@@ -114,7 +114,8 @@ def alert_fields(alert: Alert, group: WebhookMessage) -> dict[str, str]:
 def render_template(template: str, fields: dict[str, str]) -> str:
     """string.Template with `${label}` placeholders; unknown ones stay as written (never an exception)."""
     text = string.Template(template).safe_substitute(fields)
-    return "\n".join(line for line in text.splitlines() if line.strip())  # an empty annotation leaves no gap
+    # Split at "\n" only: str.splitlines() also splits at U+2028, \x1c-\x1e and \x85 inside a value.
+    return "\n".join(line for line in text.split("\n") if line.strip())  # an empty annotation leaves no gap
 
 
 def is_http_url(url: str) -> bool:
