@@ -4,17 +4,17 @@ Plus the shared helpers: HTTP classification, truncation by runes/bytes, redacti
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import re
+from importlib.metadata import version
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from inferwatch.notifier.channels import build_channel
+from inferwatch.notifier.channels import build_channel, channel_classes, default_rate
 from inferwatch.notifier.channels.base import classify_http, redact
-from inferwatch.notifier.channels.text import cut_bytes, cut_runes, fit_lines, utf8_len
 from inferwatch.notifier.channels.pagerduty import dedup_key
+from inferwatch.notifier.channels.text import cut_bytes, cut_runes, fit_lines, utf8_len
 from inferwatch.notifier.model import Notification, message_from_dict
 from inferwatch.testing.channels import ProviderSimulators
 
@@ -160,7 +160,7 @@ def test_slack_blocks_have_title_key_labels_description_and_links(sims):
     assert buttons == {"Runbook": "https://runbooks.example/TritonModelNotReady.md",
                        "Alertmanager": "http://alertmanager.example:9093",
                        "Prometheus": "http://prometheus.example/graph"}
-    assert got.headers["User-Agent"] == f"inferwatch/{importlib.metadata.version('inferwatch')}"
+    assert got.headers["User-Agent"] == f"inferwatch/{version('inferwatch')}"
 
 
 def test_slack_resolved_and_many_alerts_stay_within_50_blocks_and_name_every_alert(sims):
@@ -275,12 +275,38 @@ def test_unreachable_provider_is_retryable_and_no_secret_leaks(sims, name, caplo
         assert "SEKRET" not in text and sims.pagerduty.routing_key not in text
 
 
-def test_missing_secret_is_retryable_and_names_the_variable_not_a_value(sims, monkeypatch):
+@pytest.mark.parametrize("kind, field", [("wecom", "url"), ("slack", "url"), ("voice", "url"),
+                                         ("pagerduty", "routing_key"), ("voice", "headers")])
+def test_missing_secret_is_retryable_and_names_the_variable_not_a_value(sims, monkeypatch, kind, field):
     # Retryable: a secret file may appear (mounted late, rotated); max_delivery_age bounds the retries.
     from inferwatch.spec import spec_from_dict
 
-    monkeypatch.delenv("NOPE_WECOM_URL", raising=False)
-    spec = spec_from_dict({"channels": {"w": {"type": "wecom", "url": "${NOPE_WECOM_URL}"}}})
-    r = build_channel("w", spec.channels["w"]).send(note(webhook("X", "L3"), "w"))
+    monkeypatch.delenv("NOPE_SECRET", raising=False)
+    data = {"type": kind, "url": sims.url + "/x", "routing_key": "k" * 32}
+    if field == "headers":
+        data["headers"] = {"Authorization": "${NOPE_SECRET}"}
+    else:
+        data[field] = "${NOPE_SECRET}"
+    spec = spec_from_dict({"channels": {"c": data}})
+    r = build_channel("c", spec.channels["c"]).send(note(webhook("X", "L1"), "c"))
     assert (r.ok, r.retryable, r.reason) == (False, True, "secret_missing")
-    assert "NOPE_WECOM_URL" in r.detail
+    assert "NOPE_SECRET" in r.detail
+
+
+# ----------------------------------------------------------------------------- how channels are built
+def test_each_channel_declares_its_rate_and_the_worker_default_uses_it():
+    rates = {kind: cls.rate_per_minute for kind, cls in channel_classes().items()}
+    assert rates == {"wecom": 20, "slack": 60, "pagerduty": 120, "voice": 10}
+    assert all(default_rate(kind) == rate for kind, rate in rates.items())
+
+
+@pytest.mark.parametrize("name", ["phone", "call", "oncall-slack", "llm-wecom"])
+def test_one_http_session_per_channel_with_the_inferwatch_user_agent(sims, name):
+    ch = channel(sims, name)
+    provider = {"phone": sims.pagerduty, "call": sims.voice, "oncall-slack": sims.slack, "llm-wecom": sims.wecom}[name]
+    for i in range(2):
+        assert ch.send(note(webhook(f"Session{i}", "L1", group=f"s{i}"), name)).ok
+    first, second = provider.received[-2:]
+    assert first.headers["User-Agent"] == second.headers["User-Agent"] == f"inferwatch/{version('inferwatch')}"
+    assert first.peer == second.peer  # the same connection, kept alive by the channel's one session
+    assert channel(sims, name).session is not ch.session  # one session per channel, not one shared

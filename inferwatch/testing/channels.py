@@ -47,6 +47,7 @@ class Received:
     raw: bytes = b""                    # the request body exactly as sent
     mentions: tuple[str, ...] = ()      # who the message notifies (Slack/WeCom mentions)
     headers: dict = dataclasses.field(default_factory=dict)
+    peer: tuple = ()                    # the client's (host, port): the same port means a reused connection
 
 
 class _Provider:
@@ -79,8 +80,9 @@ class _Provider:
     def _accept(self, request: web.Request, body: dict, text: str, raw: bytes = b"",
                 mentions: tuple[str, ...] = ()) -> None:
         with self.lock:
+            peer = request.transport.get_extra_info("peername") if request.transport else None
             self.received.append(Received(time.time(), self.name, request.path_qs, body, text, raw,
-                                          tuple(mentions), dict(request.headers)))
+                                          tuple(mentions), dict(request.headers), tuple(peer or ())))
 
     def _reject(self, answer: str) -> None:
         with self.lock:

@@ -104,9 +104,10 @@ class HttpChannel:
 
     Size: a provider may measure a message differently from its documentation (Slack answers
     `msg_blocks_too_long` near 12,000 characters of text although no cumulative limit is documented).
-    After a "too long" answer the channel remembers half the size it had sent (`size_limit`) and renders
-    every later message within it, so retries do not start again at full size. The session is used by the
-    one worker thread of this channel (requests sessions are not shared across threads).
+    After a "too long" answer the channel remembers half the size it had sent (`size_limit`), and after a
+    smaller resend that worked, that size; every later message is rendered within it (until a restart), so
+    retries do not start again at full size. The session is used by the one worker thread of this channel
+    (requests sessions are not shared across threads).
     """
 
     kind: ClassVar[str] = ""
@@ -120,7 +121,8 @@ class HttpChannel:
         self.session = requests.Session()
         self.session.headers["User-Agent"] = USER_AGENT
         self.size_limit: int | None = None
-        self.last_size = 0   # size of the last message rendered (what a "too long" answer refers to)
+        self.last_size = 0     # size of the last message rendered (what a "too long" answer refers to)
+        self.last_budget = 0   # the size it was rendered within
 
     def send(self, notification: Notification) -> DeliveryResult:
         """Render and send `notification`; never raises for provider trouble or a missing secret."""
@@ -130,6 +132,8 @@ class HttpChannel:
             result = DeliveryResult.fail("secret_missing", str(exc), retryable=True)
         if result.reason == "too_long":
             result = self._learn_too_long(result)
+        elif result.ok and self.size_limit is not None and self.last_budget < self.size_limit:
+            self.size_limit = self.last_budget  # a smaller resend (the worker's half budget) worked: keep it
         if not result.ok:
             log.warning("channel %s (%s): %s, %s", self.name, self.kind, result.reason, result.detail)
         return result
@@ -141,7 +145,8 @@ class HttpChannel:
         """The size to render within: the documented limit, the learned one if smaller, times the
         notification's budget_factor (the worker halves it for its immediate resend after "too long")."""
         limit = documented if self.size_limit is None else min(documented, self.size_limit)
-        return max(1, int(limit * notification.budget_factor))
+        self.last_budget = max(1, int(limit * notification.budget_factor))
+        return self.last_budget
 
     def _learn_too_long(self, result: DeliveryResult) -> DeliveryResult:
         learned = max(self.min_size, self.last_size // 2)

@@ -68,6 +68,7 @@ class PagerDutyChannel(HttpChannel):
 
     def build_event(self, n: Notification, routing_key: str) -> dict:
         group = n.groups[0]  # the worker never coalesces phone channels: one event per group
+        budget = self.budget(MAX_EVENT_BYTES, n)
         action = "trigger" if group.status == "firing" else "resolve"
         event = {"routing_key": routing_key, "event_action": action, "dedup_key": dedup_key(group.group_key)}
         if action == "resolve":
@@ -104,7 +105,6 @@ class PagerDutyChannel(HttpChannel):
             event["payload"]["custom_details"] = details
             return details, len(json_bytes(event))
 
-        budget = self.budget(MAX_EVENT_BYTES, n)
         details = fit_field_cap(render, budget, FIELD_MAX_CHARS)
         if details is None:
             event["payload"]["custom_details"] = {}
