@@ -221,13 +221,17 @@ class WeComChannel(HttpChannel):
         group = view.group
         lines = [fmt.title(title_parts(group), group.status, n.escalated)]
         if view.key_labels:
-            lines.append(fmt.quote(SEP.join(f"{k}: {fmt.value(v)}" for k, v in view.key_labels)))
+            lines.append(fmt.quote(SEP.join(f"{fmt.value(k)}: {fmt.value(v)}" for k, v in view.key_labels)))
         if view.details:
             # Shared details are short label values; cut them so that they cannot crowd out the alerts.
-            lines.append(fmt.quote("Details: " + SEP.join(f"{k}={self._cut(v, fmt, 200)}" for k, v in view.details)))
+            lines.append(fmt.quote("Details: " + self._pairs(view.details, fmt, 200)))
         if n.enrichment:
             lines.append(fmt.quote("Triage: " + self._cut(n.enrichment, fmt, 400)))
         return "\n".join(lines)
+
+    def _pairs(self, pairs: list[tuple[str, str]], fmt: _Markdown, cap: int, sep: str = SEP) -> str:
+        """`k=v` pairs on one line; keys too go through the literal rule (`custom_note` has underscores)."""
+        return sep.join(f"{fmt.value(k)}={self._cut(v, fmt, cap)}" for k, v in pairs)
 
     def _cut(self, value: str, fmt: _Markdown, cap: int) -> str:
         """A label or annotation value on one line, cut to `cap` characters."""
@@ -238,9 +242,9 @@ class WeComChannel(HttpChannel):
         status = fmt.status(alert.status)
         lines = [f"{status} {lines[0]}" if lines else status] + lines[1:]
         if alert.identity:
-            lines.append(SEP.join(f"{k}={self._cut(v, fmt, cap)}" for k, v in alert.identity))
+            lines.append(self._pairs(alert.identity, fmt, cap))
         if alert.details:
-            lines.append("Details: " + SEP.join(f"{k}={self._cut(v, fmt, cap)}" for k, v in alert.details))
+            lines.append("Details: " + self._pairs(alert.details, fmt, cap))
         if alert.links:
             lines.append(fmt.links(alert.links))
         return "\n".join(lines)
@@ -262,7 +266,8 @@ class WeComChannel(HttpChannel):
             parts = [fmt.status(a.status)]
             if a.name != group_name or not a.identity:
                 parts.append(self._cut(a.name or "(no alertname)", fmt, MIN_FIELD_CHARS))
-            parts += [f"{k}={self._cut(v, fmt, MIN_FIELD_CHARS)}" for k, v in a.identity]
+            if a.identity:
+                parts.append(self._pairs(a.identity, fmt, MIN_FIELD_CHARS, " "))
             lines.append(" ".join(parts))
         for cap in (300, 120, MIN_FIELD_CHARS):
             first = self._alert_block(view.first, fmt, cap)
