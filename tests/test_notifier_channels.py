@@ -16,22 +16,13 @@ from inferwatch.notifier.channels.base import classify_http, redact
 from inferwatch.notifier.channels.pagerduty import dedup_key
 from inferwatch.notifier.channels.text import cut_bytes, cut_runes, fit_lines, utf8_len
 from inferwatch.notifier.model import Notification, message_from_dict
-from inferwatch.testing.channels import ProviderSimulators
 
-from notifier_support import fixture_body, make_spec, webhook
+from notifier_support import fixture_body, make_spec, reset_sims, simulators, webhook  # noqa: F401 - reset_sims is an autouse fixture
 
 
 @pytest.fixture(scope="module")
 def sims():
-    with ProviderSimulators() as s:
-        yield s
-
-
-@pytest.fixture(autouse=True)
-def _reset(sims):
-    sims.reset()
-    yield
-    sims.reset()
+    yield from simulators()
 
 
 def channel(sims, name):

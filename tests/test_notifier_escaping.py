@@ -14,12 +14,14 @@ import json
 
 import pytest
 
-from inferwatch.notifier.channels import build_channel
-from inferwatch.notifier.model import Notification, message_from_dict
 from inferwatch.testing.channel_text import wecom_display
-from inferwatch.testing.channels import ProviderSimulators
 
-from notifier_support import make_spec, webhook
+from notifier_support import reset_sims, send_via, simulators, webhook  # noqa: F401 - reset_sims is an autouse fixture
+
+
+@pytest.fixture(scope="module")
+def sims():
+    yield from simulators()
 
 # (value, how WeCom markdown shows it: the literal form, or None = the message goes out as plain text)
 HOSTILE = [
@@ -45,12 +47,6 @@ IDS = [f"v{i}" for i in range(len(HOSTILE))]
 NAME = "HostileValue"
 
 
-@pytest.fixture(scope="module")
-def sims():
-    with ProviderSimulators() as s:
-        yield s
-
-
 def _body(value: str) -> dict:
     body = webhook(NAME, "L2", severity="warning", extra={"model": value})
     body["groupLabels"] = {"alertname": NAME, "model": value}
@@ -60,13 +56,7 @@ def _body(value: str) -> dict:
 
 def _send(sims, channel: str, value: str):
     body = _body(value)
-    spec = make_spec(sims)
-    result = build_channel(channel, spec.channels[channel]).send(
-        Notification(channel=channel, groups=[message_from_dict(body)]))
-    assert result.ok, result
-    provider = {"phone": sims.pagerduty, "call": sims.voice, "oncall-slack": sims.slack,
-                "llm-wecom": sims.wecom}[channel]
-    return body, provider.received[-1]
+    return body, send_via(sims, channel, body)
 
 
 def _compact(obj) -> bytes:

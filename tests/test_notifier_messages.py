@@ -17,24 +17,13 @@ from inferwatch.notifier.channels.base import json_bytes
 from inferwatch.notifier.model import Notification, message_from_dict
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channel_text import wecom_display
-from inferwatch.testing.channels import ProviderSimulators
 
-from notifier_support import AUTH, make_spec, wait_for, webhook
-
-PROVIDER = {"phone": "pagerduty", "call": "voice", "oncall-slack": "slack", "llm-wecom": "wecom"}
+from notifier_support import AUTH, make_spec, reset_sims, send_via, simulators, wait_for, webhook  # noqa: F401 - reset_sims is an autouse fixture
 
 
 @pytest.fixture(scope="module")
 def sims():
-    with ProviderSimulators() as s:
-        yield s
-
-
-@pytest.fixture(autouse=True)
-def _reset(sims):
-    sims.reset()
-    yield
-    sims.reset()
+    yield from simulators()
 
 
 def group(name: str, status: str, firing: int, resolved: int, truncated: int, layer: str = "L2") -> dict:
@@ -45,14 +34,6 @@ def group(name: str, status: str, firing: int, resolved: int, truncated: int, la
         alert["endsAt"] = "0001-01-01T00:00:00Z" if i < firing else "2030-01-01T00:00:00Z"
     body["truncatedAlerts"] = truncated
     return body
-
-
-def send(sims, channel: str, body: dict, **kw):
-    spec = make_spec(sims)
-    result = build_channel(channel, spec.channels[channel]).send(
-        Notification(channel=channel, groups=[message_from_dict(body)], **kw))
-    assert result.ok, result
-    return getattr(sims, PROVIDER[channel]).received[-1]
 
 
 # ------------------------------------------------------------------------------------------------ counts
@@ -70,7 +51,7 @@ COUNTS = [  # status, firing, resolved, truncatedAlerts, title
 def test_chat_titles_count_what_is_there_and_show_each_alert_with_its_status(sims, status, firing, resolved,
                                                                            truncated, title):
     body = group("GroupCounts", status, firing, resolved, truncated)
-    slack = send(sims, "oncall-slack", body)
+    slack = send_via(sims, "oncall-slack", body)
     assert slack.body["blocks"][0]["text"]["text"] == title
     alert_blocks = [b["elements"][0]["elements"] for b in slack.body["blocks"]
                     if b["type"] == "rich_text" and b["elements"][0]["elements"][0].get("type") == "emoji"]
@@ -79,7 +60,7 @@ def test_chat_titles_count_what_is_there_and_show_each_alert_with_its_status(sim
     assert ("not included by Alertmanager" in slack.text) == bool(truncated)
     assert f"{truncated} more alert(s) not included" in slack.text or not truncated
 
-    wecom = send(sims, "llm-wecom", body)
+    wecom = send_via(sims, "llm-wecom", body)
     text = wecom.text
     assert text.splitlines()[0].endswith(f">{title}</font>")
     assert text.count('<font color="warning">FIRING</font>') == firing
@@ -90,7 +71,7 @@ def test_chat_titles_count_what_is_there_and_show_each_alert_with_its_status(sim
 @pytest.mark.parametrize("status, firing, resolved, truncated, title", COUNTS)
 def test_pagerduty_and_voice_carry_the_counts(sims, status, firing, resolved, truncated, title):
     body = group("GroupCounts", status, firing, resolved, truncated, layer="L1")
-    event = send(sims, "phone", body).body
+    event = send_via(sims, "phone", body).body
     if status == "resolved":
         assert event["event_action"] == "resolve" and "payload" not in event
         return
@@ -100,7 +81,7 @@ def test_pagerduty_and_voice_carry_the_counts(sims, status, firing, resolved, tr
         (status, firing, resolved, truncated)
     assert [a["labels"]["instance"] for a in details["firing"]] == [f"i{i}" for i in range(firing)]
     assert [a["labels"]["instance"] for a in details["resolved"]] == [f"i{i}" for i in range(firing, firing + resolved)]
-    assert send(sims, "call", body).body["text"].startswith(title)
+    assert send_via(sims, "call", body).body["text"].startswith(title)
 
 
 def test_the_issue_example_through_the_notifier_on_every_channel(sims, tmp_path):
@@ -114,7 +95,7 @@ def test_the_issue_example_through_the_notifier_on_every_channel(sims, tmp_path)
             r = requests.post(svc.url + "/alerts", json=group(name, "firing", 2, 1, 12, layer), headers=AUTH,
                               timeout=10)
             assert r.status_code == 200, r.text
-        wait_for(lambda: all(len(p.received) > n for p, n in zip(providers, before)), what="every channel")
+        wait_for(lambda: all(len(p.received) > n for p, n in zip(providers, before, strict=True)), what="every channel")
         details = sims.pagerduty.received[-1].body["payload"]["custom_details"]
         assert (details["status"], details["num_firing"], details["num_resolved"], details["truncated_alerts"]) \
             == ("firing", 2, 1, 12)
@@ -143,20 +124,20 @@ LABEL_SETS = [
 @pytest.mark.parametrize("shared, per_alert, annotations", LABEL_SETS)
 def test_every_label_and_annotation_is_reachable_from_the_message(sims, shared, per_alert, annotations):
     body = webhook("LabelsEverywhere", "L2", n=len(per_alert), extra=shared)
-    for alert, extra in zip(body["alerts"], per_alert):
+    for alert, extra in zip(body["alerts"], per_alert, strict=True):
         alert["labels"].update(extra)
         alert["annotations"].update(annotations)
     pairs = [(k, v) for a in body["alerts"] for k, v in a["labels"].items()]
     notes = [(k, v) for a in body["alerts"] for k, v in a["annotations"].items()]
 
-    slack = send(sims, "oncall-slack", body).text
-    wecom, _ = wecom_display(send(sims, "llm-wecom", body).body)
+    slack = send_via(sims, "oncall-slack", body).text
+    wecom, _ = wecom_display(send_via(sims, "llm-wecom", body).body)
     for shown in (slack, wecom):
         for k, v in pairs:
             assert v in shown and (f"{k}=" in shown or f"{k}: " in shown or k == "alertname"), (k, v)
         for k, v in notes:  # a runbook URL is the target of a Runbook link
             assert v in shown or (k == "runbook_url" and "Runbook" in shown), (k, v)
-    details = send(sims, "phone", body).body["payload"]["custom_details"]
+    details = send_via(sims, "phone", body).body["payload"]["custom_details"]
     sent = [(a["labels"], a["annotations"]) for a in details["firing"]]
     assert sent == [(a["labels"], a["annotations"]) for a in body["alerts"]]
 
@@ -165,16 +146,16 @@ def test_every_label_and_annotation_is_reachable_from_the_message(sims, shared, 
 def test_a_long_description_is_cut_on_chat_with_a_marker_and_sent_whole_to_pagerduty(sims):
     body = webhook("LongTrace", "L2", description="Traceback line\n" * 1000)  # 15,000 characters
     marker = re.compile(r" …\[cut ([\d,]+) of 15,000 characters\]")
-    slack = send(sims, "oncall-slack", body)
+    slack = send_via(sims, "oncall-slack", body)
     assert marker.search(slack.text) and len(slack.text) < 12_000
-    wecom = send(sims, "llm-wecom", body)
+    wecom = send_via(sims, "llm-wecom", body)
     assert marker.search(wecom.text) and len(wecom.text.encode()) <= 4096
-    event = send(sims, "phone", body).body
+    event = send_via(sims, "phone", body).body
     assert event["payload"]["custom_details"]["firing"][0]["annotations"]["description"] == "Traceback line\n" * 1000
 
 
 def _pagerduty_event(sims, body) -> tuple[dict, bytes]:
-    got = send(sims, "phone", body)
+    got = send_via(sims, "phone", body)
     assert len(got.raw) <= 512_000
     return got.body["payload"]["custom_details"], got.raw
 
@@ -189,7 +170,7 @@ def test_pagerduty_over_512kb_cuts_the_largest_fields_first_and_keeps_every_aler
     cut = details["firing"][0]["annotations"]
     for i in range(40):
         assert re.fullmatch(rf"{i:02d}x* …\[cut [\d,]+ of 15,000 characters\]", cut[f"trace_{i}"])
-    for sent, alert in zip(details["firing"][1:], body["alerts"][1:]):  # the small alerts are untouched
+    for sent, alert in zip(details["firing"][1:], body["alerts"][1:], strict=True):  # the small alerts are untouched
         assert sent["annotations"] == alert["annotations"] and sent["labels"] == alert["labels"]
 
 

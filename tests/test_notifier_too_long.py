@@ -106,8 +106,8 @@ def test_every_error_answer_is_logged_once_without_secrets_and_counted(sims, tmp
             for layer, name in (("L1", "GpuLost"), ("L2", "TritonServerDown"), ("L3", "LlmTtftP95High")):
                 post(svc, webhook(name, layer))
             for channel in channels:
-                wait_for(lambda: metric(svc, "inferwatch_notifier_send_errors_total", channel=channel,
-                                        reason=reason) >= 1, what=f"{channel} {reason} counted")
+                wait_for(lambda c=channel: metric(svc, "inferwatch_notifier_send_errors_total", channel=c,
+                                                  reason=reason) >= 1, what=f"{channel} {reason} counted")
             running = False
             svc.stop()  # no more sends: the log lines and the providers' counts can be compared
         for channel, prov in channels.items():

@@ -128,7 +128,6 @@ class SlackChannel(HttpChannel):
                                             "text": cut_runes(title, HEADER_MAX_CHARS)}}]
 
     def _group(self, n: Notification, view: GroupView, cap: int) -> dict:
-        group = view.group
         blocks = self._head(n, self._title(n))
         info: list[dict] = []
         for i, (k, v) in enumerate(view.key_labels):
