@@ -201,3 +201,28 @@ def test_every_size_measure_is_the_bytes_sent(sims):
     ch = build_channel("phone", spec.channels["phone"])
     assert ch.send(Notification(channel="phone", groups=[message_from_dict(body)])).ok
     assert ch.last_size == len(sims.pagerduty.received[-1].raw) == len(json_bytes(sims.pagerduty.received[-1].body))
+
+
+@pytest.mark.parametrize("where", ["group label", "key label", "other label", "description", "annotation",
+                                   "summary"])
+@pytest.mark.parametrize("channel", ["oncall-slack", "llm-wecom", "phone", "call"])
+def test_a_16k_value_anywhere_still_fits_every_channel(sims, channel, where):
+    long = "v" * 16_000  # the longest value intake keeps
+    body = webhook("LongValue", "L2", extra={"model": long} if where in ("group label", "key label") else {})
+    alert = body["alerts"][0]
+    if where == "group label":
+        body["groupLabels"]["model"] = long
+    elif where == "other label":
+        alert["labels"]["pod"] = long
+    elif where in ("description", "annotation", "summary"):
+        alert["annotations"][{"annotation": "trace"}.get(where, where)] = long
+    got = send_via(sims, channel, body)  # the simulators enforce each provider's limits
+    marker = re.compile(r" …\[cut [\d,]+ of [\d,]+ characters\]")
+    in_title = where in ("group label", "summary")
+    if channel in ("oncall-slack", "llm-wecom"):
+        assert marker.search(got.raw.decode())
+    elif channel == "phone":
+        assert long in got.raw.decode()  # custom_details keeps it whole: 16 KB fits PagerDuty's event
+        assert bool(marker.search(got.body["payload"]["summary"])) == in_title
+    else:
+        assert len(got.body["text"]) <= 200 and bool(marker.search(got.body["text"])) == in_title

@@ -34,6 +34,7 @@ from inferwatch.spec import Channel as ChannelSpec
 MARKDOWN_MAX_BYTES = 4096
 TEXT_MAX_BYTES = 2048
 FIELD_MAX_CHARS = 600         # one description or annotation, at most
+TITLE_VALUE_MAX_CHARS = 200   # a label value in the title or the key labels line
 ERRCODE_TOO_LONG = 40058
 ERRCODE_RATE_LIMITED = 45009
 ERRCODE_BAD_KEY = (93000, 40008)   # invalid webhook url / invalid message type
@@ -122,8 +123,7 @@ class _Markdown:
         """A value on a line of our own (a label): single-line literal."""
         return md_literal(text)
 
-    def title(self, parts: list[tuple[str, bool]], status: str, escalated: bool) -> str:
-        text = ("[ESCALATED] " if escalated else "") + "".join(md_literal(t) if v else t for t, v in parts)
+    def title(self, text: str, status: str) -> str:
         return f'## <font color="{COLOR.get(status, "comment")}">{text}</font>'
 
     def status(self, status: str) -> str:
@@ -151,8 +151,8 @@ class _Text(_Markdown):
     def value(self, text: str) -> str:
         return text
 
-    def title(self, parts: list[tuple[str, bool]], status: str, escalated: bool) -> str:
-        return ("[ESCALATED] " if escalated else "") + "".join(t for t, _ in parts)
+    def title(self, text: str, status: str) -> str:
+        return text
 
     def status(self, status: str) -> str:
         return status.upper()
@@ -194,10 +194,6 @@ class WeComChannel(HttpChannel):
         self.last_size = utf8_len(content)
         return body
 
-    def build_markdown(self, n: Notification) -> str:
-        """The markdown content, or NotLiteral when a value cannot be shown exactly in markdown."""
-        return self._content(n, _Markdown())
-
     def _content(self, n: Notification, fmt: _Markdown) -> str:
         tail = " ".join(f"<@{m}>" for m in self.spec.mentions) if fmt.markdown else ""
         budget = self.budget(fmt.max_bytes, n) - (utf8_len(tail) + 1 if tail else 0)
@@ -219,15 +215,20 @@ class WeComChannel(HttpChannel):
 
     def _head(self, n: Notification, view: GroupView, fmt: _Markdown) -> str:
         group = view.group
-        lines = [fmt.title(title_parts(group), group.status, n.escalated)]
+        lines = [fmt.title(("[ESCALATED] " if n.escalated else "") + self._title(group, fmt), group.status)]
         if view.key_labels:
-            lines.append(fmt.quote(SEP.join(f"{fmt.value(k)}: {fmt.value(v)}" for k, v in view.key_labels)))
+            lines.append(fmt.quote(SEP.join(f"{fmt.value(k)}: {self._cut(v, fmt, TITLE_VALUE_MAX_CHARS)}"
+                                            for k, v in view.key_labels)))
         if view.details:
             # Shared details are short label values; cut them so that they cannot crowd out the alerts.
             lines.append(fmt.quote("Details: " + self._pairs(view.details, fmt, 200)))
         if n.enrichment:
             lines.append(fmt.quote("Triage: " + self._cut(n.enrichment, fmt, 400)))
         return "\n".join(lines)
+
+    def _title(self, group, fmt: _Markdown) -> str:
+        """The title with its values literal, each cut to TITLE_VALUE_MAX_CHARS."""
+        return "".join(self._cut(t, fmt, TITLE_VALUE_MAX_CHARS) if v else t for t, v in title_parts(group))
 
     def _pairs(self, pairs: list[tuple[str, str]], fmt: _Markdown, cap: int, sep: str = SEP) -> str:
         """`k=v` pairs on one line; keys too go through the literal rule (`custom_note` has underscores)."""
@@ -283,7 +284,7 @@ class WeComChannel(HttpChannel):
         title = coalesced_title(n)
         head = f'## <font color="{COLOR[status]}">{title}</font>' if fmt.markdown else title
         counts = [fmt.quote(f"{fmt.value(name)} ({st}): {c}") for name, st, c in counts_by_name(n)]
-        groups = [fmt.title(title_parts(g), g.status, False).removeprefix("## ") for g in n.groups]
+        groups = [fmt.title(self._title(g, fmt), g.status).removeprefix("## ") for g in n.groups]
         text, _ = fit_lines(head, counts + groups, budget, lambda k: fmt.more(k, am), measure=utf8_len)
         return text
 
