@@ -181,6 +181,8 @@ class DeliveryWorker:
             log.exception("channel %s raised", name)
             result = DeliveryResult.fail("provider_error", f"channel raised {type(exc).__name__}", retryable=True)
         self.metrics.latency.labels(name).observe(time.perf_counter() - t0)
+        if not result.ok:  # the channel logged it; every failed send is counted, resent at once or not
+            self.metrics.send_errors.labels(name, result.reason).inc()
         return result
 
     def _dead(self, name: str, rows: list[Delivery], reason: str, detail: str, now: float) -> None:

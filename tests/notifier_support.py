@@ -6,8 +6,12 @@ import json
 import time
 from pathlib import Path
 
-from inferwatch.testing.channels import ProviderSimulators
+import pytest
+
+from inferwatch.notifier.channels import build_channel
+from inferwatch.notifier.model import Notification, message_from_dict
 from inferwatch.spec import spec_from_dict
+from inferwatch.testing.channels import ProviderSimulators, Received
 
 FIXTURE = Path(__file__).parent / "fixtures" / "alertmanager-0.25-webhook-truncated.json"
 TOKEN = "test-notifier-token-7f3a9c"
@@ -78,3 +82,34 @@ def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# -------------------------------------------------- channel classes against shared simulators (import both)
+def simulators():
+    """Body of a module's `sims` fixture: provider simulators its tests share (import `reset_sims` too)."""
+    with ProviderSimulators() as s:
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def reset_sims(request):
+    """Each test that uses `sims` starts with every simulator in mode "ok" and at its documented limits."""
+    if "sims" not in request.fixturenames:
+        yield
+        return
+    s = request.getfixturevalue("sims")
+    s.reset()
+    yield
+    s.reset()
+
+
+PROVIDER_OF = {"phone": "pagerduty", "call": "voice", "oncall-slack": "slack", "llm-wecom": "wecom"}
+
+
+def send_via(sims: ProviderSimulators, channel: str, body: dict, **notification) -> Received:
+    """Send `body` through the spec channel `channel` (make_spec's names); what its provider accepted."""
+    spec = make_spec(sims)
+    result = build_channel(channel, spec.channels[channel]).send(
+        Notification(channel=channel, groups=[message_from_dict(body)], **notification))
+    assert result.ok, result
+    return getattr(sims, PROVIDER_OF[channel]).received[-1]

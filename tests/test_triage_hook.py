@@ -34,13 +34,22 @@ def test_enricher_gives_the_top_finding(prepared_prometheus):
     assert text.startswith("likely cause: batching-configuration (L2): Triton executes requests one by one")
 
 
-def test_enrichment_layer_reads_the_same_after_wecom_escaping(prepared_prometheus):
-    """WeCom escapes [ ] to full-width look-alikes; the layer marker must survive every channel as written."""
-    from inferwatch.notifier.channels.wecom import escape
+def test_enrichment_layer_reads_the_same_on_wecom(prepared_prometheus):
+    """The finding's `(L3)` and any other character reach a WeCom reader exactly as the hook wrote them."""
+    from inferwatch.notifier.channels import build_channel
+    from inferwatch.notifier.model import Notification, message_from_dict
+    from inferwatch.spec import spec_from_dict
+    from inferwatch.testing.channel_text import wecom_display
+
     enrich = hook.make_enricher(prepared_prometheus.url, timeout=10)
     text = enrich({"alertname": "LlmTtftP95High", "model": "llm-gateway", "tier": "realtime"})
     assert text.startswith("likely cause: gateway-network (L3): ")
-    assert escape(text).startswith("likely cause: gateway-network (L3): ")
+    spec = spec_from_dict({"channels": {"w": {"type": "wecom", "url": "http://127.0.0.1:9/x"}}})
+    alert = {"status": "firing", "labels": {"alertname": "LlmTtftP95High"}, "annotations": {}}
+    group = message_from_dict({"version": "4", "status": "firing", "alerts": [alert], "groupKey": "g"})
+    body = build_channel("w", spec.channels["w"]).build_body(Notification("w", [group], enrichment=text))
+    shown, _ = wecom_display(body)
+    assert f"Triage: {text}" in shown
 
 
 def test_enricher_gives_nothing_for_an_alert_without_a_page_or_finding(prepared_prometheus):

@@ -14,6 +14,7 @@ import time
 import requests
 
 from inferwatch.rules.names import ALERTS
+from inferwatch.testing.channel_text import slack_block_display, slack_display
 
 # `[FIRING:2] AlertName extra` — the notifier's titles (notifier/channels/common.py group_title).
 TITLE = re.compile(r"\[(FIRING|RESOLVED):\d+\] ([A-Za-z0-9_]+)")
@@ -62,17 +63,19 @@ def _slack(body: dict) -> tuple[str, tuple[str, ...], str, str, str]:
         for element in block.get("elements", []):
             if (element.get("text") or {}).get("text") == "Runbook":
                 runbook = element.get("url", "")
-        text = (block.get("text") or {}).get("text", "")
-        if "*Triage:*" in text:
-            triage = text.split("*Triage:*", 1)[1].strip()
-    return (*_names(title, json_text=str(body.get("blocks", ""))), title, runbook, triage)
+        text, _ = slack_block_display(block)
+        if text.startswith("Triage: "):
+            triage = text.split("Triage: ", 1)[1].strip()
+    return (*_names(title, json_text=slack_display(body)[0]), title, runbook, triage)
 
 
 def _wecom(text: str) -> tuple[str, tuple[str, ...], str, str, str]:
     first = text.splitlines()[0] if text else ""
     title = re.sub(r"<[^>]+>", "", first).lstrip("# ").strip()
     m = WECOM_RUNBOOK.search(text)
-    triage = next((line.split("Triage:", 1)[1].strip() for line in text.splitlines() if line.startswith("> Triage:")), "")
+    # Markdown quotes it ("> Triage: `…`" when the finding has markdown characters); a text message does not.
+    triage = next((line.split("Triage:", 1)[1].strip().strip("`") for line in text.splitlines()
+                   if line.startswith(("> Triage:", "Triage:"))), "")
     return (*_names(text), title, m.group(1) if m else "", triage)
 
 
