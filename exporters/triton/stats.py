@@ -89,6 +89,8 @@ def exact_int(value: object, where: str) -> int:
             raise BadValue(f"{where}: expected an unsigned integer, got {str(value)[:40]!r}") from None
         if not dec.is_finite() or dec != dec.to_integral_value():
             raise BadValue(f"{where}: expected an unsigned integer, got {str(value)[:40]!r}")
+        if not 0 <= dec < UINT64_LIMIT:  # before int(): "1e999999999" must not become a huge int
+            raise BadValue(f"{where}: {str(value)[:40]} is outside uint64")
         number = int(dec)
     else:
         raise BadValue(f"{where}: expected an unsigned integer, got {type(value).__name__}")
