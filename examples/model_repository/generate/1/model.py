@@ -56,12 +56,8 @@ class TritonPythonModel:
 
 
 def _knobs(request):
-    knobs = dict(DEFAULTS)
     try:
         params = json.loads(request.parameters() or "{}")
     except ValueError:
         params = {}
-    for name in DEFAULTS:
-        if name in params:
-            knobs[name] = float(params[name])
-    return knobs
+    return {name: float(params.get(name, default)) for name, default in DEFAULTS.items()}
