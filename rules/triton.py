@@ -1,6 +1,6 @@
 """L2 rules: Triton's own metrics (job `triton`) and the inferwatch Triton collector (job `inferwatch-triton`).
 
-Triton's latency metrics are cumulative µs counters, not histograms (REFERENCES.md): averages are
+Triton's latency metrics are cumulative µs counters, not histograms (Triton docs "Metrics"): averages are
 rate(sum_us) / rate(success); P95 comes from `nv_inference_queue_summary_us{quantile="0.95"}`, which exists only
 with `--metrics-config summary_latencies=true`, is computed per process over a sliding 60 s window and so is
 combined with `max by`, never averaged. Failures carry `reason` (REJECTED|CANCELED|BACKEND|OTHER, Triton ≥ 24.07).

@@ -1,6 +1,6 @@
 """Pure function: Triton snapshots (+ cumulative poll-error counts) → Prometheus metric families.
 
-Names and labels are fixed by CONVENTIONS.md / issue 4: prefix `inferwatch_triton_`, labels `triton` (the
+Names and labels: prefix `inferwatch_triton_`, labels `triton` (the
 target name), `model`, `version` where they apply. Model-config figures are per model (all versions of a
 model share one configuration), so they carry no `version`.
 """

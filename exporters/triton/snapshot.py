@@ -1,6 +1,6 @@
 """Plain data one poll of one Triton yields (`TritonSnapshot`), and pure parsers from Triton's JSON answers.
 
-Shapes of the answers (KServe v2 + Triton extensions, research/triton_metrics.md §2):
+Shapes of the answers (KServe v2 + Triton's extensions, server docs/protocol/):
   POST /v2/repository/index  -> [{"name", "version"?, "state"?, "reason"?}, ...]
   GET  /v2/models/<m>/config -> the model configuration as JSON (max_batch_size, dynamic_batching,
                                 instance_group, model_transaction_policy, ensemble_scheduling)
@@ -14,13 +14,13 @@ import dataclasses
 
 from inferwatch.exporters.triton.stats import ModelStats, field
 
-# The state set the collector exposes (issue 4). Triton also knows UNKNOWN (core model_lifecycle.cc),
+# The state set the collector exposes. Triton also knows UNKNOWN (core model_lifecycle.cc),
 # which is none of these: all four series are then 0.
 STATES = ("READY", "UNAVAILABLE", "LOADING", "UNLOADING")
 # Reason Triton's index gives a version after an explicit unload: a deliberate act, not a fault.
 UNLOADED_REASON = "unloaded"
 
-# Closed sets for the poll-error counter (created at zero, STYLE.md).
+# Closed sets for the poll-error counter (created at zero, so rates work from the first error).
 ENDPOINTS = ("live", "ready", "index", "config", "stats", "metrics")
 CAUSES = ("timeout", "connection", "forbidden", "http_error", "bad_response", "too_large", "other")
 
