@@ -109,9 +109,10 @@ def main() -> int:
     p.add_argument("--failing", action="append", default=[], help="model whose config call answers 500")
     p.add_argument("--index-bytes", type=int, default=0, help="stream a repository index of about N bytes")
     p.add_argument("--stats-bytes", type=int, default=0, help="announce and stream a statistics answer of N bytes")
+    p.add_argument("--capture", type=Path, default=CAPTURE, help="captured answers to replay (default: %(default)s)")
     args = p.parse_args()
     web.run_app(build_app(args.models, set(args.slow), set(args.failing), index_bytes=args.index_bytes,
-                          stats_bytes=args.stats_bytes), host="127.0.0.1", port=args.port,
+                          stats_bytes=args.stats_bytes, capture=args.capture), host="127.0.0.1", port=args.port,
                 print=None, access_log=None, shutdown_timeout=0.5)  # do not wait for hung handlers
     return 0
 

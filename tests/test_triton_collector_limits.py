@@ -6,6 +6,7 @@ printed)."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,37 @@ def test_a_200_mb_index_and_stats_answer_are_refused_within_the_memory_bound(tmp
     assert result["errors"] == [["index", "too_large"], ["stats", "too_large"]]
     assert any("announced" in d for d in result["details"])  # the stats answer was refused at its headers
     assert growth <= DEFAULT_MAX_ANSWER_BYTES + SLACK_BYTES
+
+
+def test_impossible_statistics_drop_only_those_models_and_are_counted(tmp_path, caplog):
+    """Every model's statistics carry a negative count: their statistics are dropped (never exported), each
+    counted as a bad answer, logged once; states and configurations of the same models are unaffected."""
+    from inferwatch.exporters.triton.collector import TritonCollector
+    from inferwatch.exporters.triton.reader import TargetConfig
+
+    capture = json.loads((ROOT / "benchmarks" / "data" / "triton_capture.json").read_text())
+    capture["model_stat"]["inference_stats"]["fail"] = {"count": "-1", "ns": "0"}
+    bad = tmp_path / "capture.json"
+    bad.write_text(json.dumps(capture))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    replay = ManagedProcess(
+        "triton-replay", [sys.executable, str(ROOT / "benchmarks" / "triton_replay.py"), "--models", "3",
+                          "--port", str(port), "--capture", str(bad)],
+        tmp_path / "replay.log", ready=lambda: http_ok(base + "/v2/health/live"))
+    replay.start(timeout=60)
+    collector = TritonCollector([TargetConfig("r", base, base + "/metrics")], timeout=10)
+    caplog.set_level(logging.WARNING)
+    try:
+        snap = collector.poll_once(timeout=60)[0]
+        collector.poll_once(timeout=60)
+    finally:
+        collector.close()
+        replay.stop()
+    assert snap.stats == {}
+    assert [(e.endpoint, e.cause, e.detail) for e in snap.errors] == [
+        ("stats", "bad_response", f"model_{i:04d} version 2: fail.count: -1 is outside uint64") for i in range(3)]
+    assert collector.poll_errors()[("r", "stats", "bad_response")] == 6  # 3 models x 2 polls
+    assert len(snap.configs) == 3 and all(m.state == "READY" for m in snap.models)
+    logged = [r.getMessage() for r in caplog.records if "stats call failed (bad_response)" in r.getMessage()]
+    assert len(logged) == 3  # one line per model when it starts failing, not one per poll

@@ -16,6 +16,9 @@ How it is written varies, and every variant below reads the same:
   Python ints (the answer is decoded with `decode_json`, which never makes a float of a number) and means are
   computed from the integers, rounded once at the end.
 
+Not read: `response_stats` (per response index; empty for Python-backend models on 2.51), `memory_usage`,
+`last_inference`.
+
 A malformed entry (a negative count, a fraction, a value ≥ 2^64, a missing name) drops that model version's
 statistics only; the parser reports it in `problems` so the reader can count and log it.
 """
