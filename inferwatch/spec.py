@@ -39,10 +39,15 @@ class TritonTarget:
     node: str = field("", doc="node (host) the server runs on; used by L2 alerts and inhibition")
     headers: dict[str, Secret] = field({}, doc="extra request headers, e.g. triton-access-token: ${TOKEN}")
     metrics_interval_ms: int = field(2000, doc="Triton's --metrics-interval-ms (its default is 2000)")
+    max_answer_bytes: int = field(16 * 1024 * 1024, doc="largest answer the Triton collector reads from this "
+                                  "server's API (index, statistics, config, /metrics); above it the call fails "
+                                  "with cause too_large. Raise it for repositories of thousands of models")
 
     def _validate(self, path: str) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise SpecError(f"{path}.url", f"expected an http(s) URL, got {self.url!r}")
+        if self.max_answer_bytes < 1024:
+            raise SpecError(f"{path}.max_answer_bytes", f"expected at least 1024, got {self.max_answer_bytes}")
 
     @property
     def metrics_address(self) -> str:

@@ -43,6 +43,20 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
         "summaries are absent"),
     "model_version:nv_inference_batch_size:avg": (
         ("node", "triton", "model", "version"), "achieved batch size: rate(inference_count) / rate(exec_count)"),
+    # L2 as clients see it: entry points, steps of ensembles and BLS models, decoupled models --------------
+    "model:nv_inference_entry_point_requests:rate": (
+        ("node", "triton", "model"), "requests/s to models clients call (steps of an ensemble or BLS model left out)"),
+    "model:nv_inference_entry_point_error:ratio": (
+        ("node", "triton", "model", "source"),
+        "failed / all requests per entry point; source=gateway for a decoupled model the gateway meters (errors "
+        "mid-stream included), source=triton (Triton's failure counter) otherwise"),
+    "parent_model:nv_inference_step_requests:per_parent_request": (
+        ("node", "triton", "parent", "model"),
+        "a step's executions per request to its parent (e.g. ~ output tokens for a per-token postprocessing step)"),
+    "model:gateway_requests:rate": (("model",), "requests/s through the gateway, every tenant and tier"),
+    "model:gateway_requests_errors:ratio": (
+        ("model",), "error|timeout outcomes / all requests at the gateway (client 4xx except 429 excluded)"),
+    "model:gateway_requests_cancelled:ratio": (("model",), "cancelled / all requests at the gateway"),
     # L3 (gateway; labels tenant, model, tier) ------------------------------------------------------------
     "tenant_model_tier_le:gateway_time_to_first_token_seconds_bucket:rate": (
         ("tenant", "model", "tier", "le"), "TTFT bucket rates (for histogram_quantile at other quantiles)"),
@@ -98,6 +112,8 @@ ALERTS: dict[str, AlertInfo] = {
     "TritonServerNotReady": AlertInfo("L2", ("critical",), "A Triton server is live but not ready."),
     "TritonModelNotReady": AlertInfo("L2", ("critical",), "A model version is not READY on a Triton server."),
     "TritonModelErrorRatioHigh": AlertInfo("L2", ("critical",), "A model fails too many inference requests."),
+    "TritonDecoupledModelErrorRatioHigh": AlertInfo(
+        "L2", ("critical",), "A streaming model fails too many requests as clients see them."),
     "TritonQueueTimeP95High": AlertInfo("L2", ("warning",), "Requests wait too long in a model's queue."),
     "TritonRequestsRejected": AlertInfo("L2", ("warning",), "Triton rejects requests for a model."),
     "TritonPendingRequestsHigh": AlertInfo("L2", ("warning",), "Too many requests are pending for a model."),
