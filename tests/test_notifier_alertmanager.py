@@ -11,7 +11,7 @@ import pytest
 import requests
 import yaml
 
-from inferwatch.notifier.alertmanager_config import PATH, outputs
+from inferwatch.notifier.alertmanager_config import PATH, inhibit_rules, outputs
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import load_spec, spec_from_dict
@@ -36,7 +36,7 @@ def test_committed_config_is_what_the_spec_generates():
 def test_amtool_check_config_accepts_it():
     r = amtool("check-config", str(COMMITTED))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "3 inhibit rules" in r.stdout
+    assert f"{len(inhibit_rules(load_spec(REPO_ROOT / 'inferwatch.yaml')))} inhibit rules" in r.stdout
 
 
 @pytest.mark.parametrize("labels, receiver", [
@@ -93,11 +93,13 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
             alert("GpuLost", "L1", node="node-b", gpu="3"),
             alert("TritonModelNotReady", "L2", node="node-c", model="classifier"),
             alert("LlmTtftP95High", "L3", "warning", tenant="acme", model="toy_llm"),
-            # Inhibited: a down Triton hides the queue symptom on its node; a critical hides its warning twin.
-            alert("TritonServerDown", "L2", node="node-a"),
-            alert("TritonQueueTimeP95High", "L2", "warning", node="node-a", model="classifier"),
-            alert("TritonPendingRequestsHigh", "L2", "critical", node="node-d"),
-            alert("TritonPendingRequestsHigh", "L2", "warning", node="node-d"),
+            # Inhibited: a down Triton hides the queue symptom of that server; a critical burn rate hides its
+            # warning twin of the same tier and SLO (tests/test_notifier_inhibition.py has the whole table).
+            alert("TritonServerDown", "L2", node="node-a", triton="t-a"),
+            alert("TritonQueueTimeP95High", "L2", "warning", node="node-a", triton="t-a", model="classifier"),
+            alert("LlmAvailabilityBurnRate", "L3", "critical", tier="realtime", slo="availability", window="page-fast"),
+            alert("LlmAvailabilityBurnRate", "L3", "warning", tier="realtime", slo="availability",
+                  window="ticket-fast"),
             # The notifier's own alert bypasses it: Alertmanager's PagerDuty integration pages directly.
             alert("NotifierDeliveryFailing", "L1", component="notifier"),
         ])
@@ -106,7 +108,7 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
         wait_for(lambda: any("LlmTtftP95High" in t for t in sims.wecom.texts()), what="L3 on WeCom")
         wait_for(lambda: any("TritonServerDown" in t for t in sims.slack.texts()), what="TritonServerDown")
         wait_for(lambda: any("NotifierDeliveryFailing" in t for t in sims.pagerduty.texts()), what="fallback page")
-        wait_for(lambda: any("TritonPendingRequestsHigh" in t for t in sims.slack.texts()), what="pending high")
+        wait_for(lambda: any("LlmAvailabilityBurnRate" in t for t in sims.wecom.texts()), what="burn rate page")
         fallback = [r for r in sims.pagerduty.received if "NotifierDeliveryFailing" in r.text][0]
         assert fallback.body["client"].startswith("inferwatch alertmanager")  # sent by Alertmanager itself
         assert not any("NotifierDeliveryFailing" in t for t in sims.slack.texts() + sims.wecom.texts())
@@ -114,11 +116,12 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
         assert gpu["payload"]["source"] == "node-b" and gpu["payload"]["severity"] == "critical"
         wecom = [t for t in sims.wecom.texts() if "LlmTtftP95High" in t][0]
         assert "tenant: acme" in wecom and "[Runbook](https://runbooks.example/LlmTtftP95High.md)" in wecom
-        inhibited = {a["labels"]["alertname"] for a in am.alerts() if a["status"]["state"] == "suppressed"}
-        assert inhibited == {"TritonQueueTimeP95High", "TritonPendingRequestsHigh"}
+        inhibited = {(a["labels"]["alertname"], a["labels"]["severity"]) for a in am.alerts()
+                     if a["status"]["state"] == "suppressed"}
+        assert inhibited == {("TritonQueueTimeP95High", "warning"), ("LlmAvailabilityBurnRate", "warning")}
         assert not any("TritonQueueTimeP95High" in t for t in sims.slack.texts())
-        pending = [t for t in sims.slack.texts() if "TritonPendingRequestsHigh" in t]
-        assert pending and all("*severity*\ncritical" in t for t in pending), pending
+        burn = [t for t in sims.wecom.texts() if "LlmAvailabilityBurnRate" in t]
+        assert burn and all("ticket-fast" not in t for t in burn), burn
         # Resolve: Alertmanager sends resolved notifications (send_resolved) and PagerDuty closes the incident.
         resolved = alert("GpuLost", "L1", node="node-b", gpu="3")
         resolved["endsAt"] = "2000-01-01T00:00:00Z"
