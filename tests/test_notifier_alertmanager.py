@@ -11,7 +11,7 @@ import pytest
 import requests
 import yaml
 
-from inferwatch.notifier.alertmanager_config import PATH, inhibit_rules, outputs
+from inferwatch.notifier.alertmanager_config import PATH, config, inhibit_rules, outputs, secret_files
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import load_spec, spec_from_dict
@@ -136,3 +136,31 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
         if svc:
             svc.stop()
         sims.stop()
+
+
+def _file_values(node) -> set[str]:
+    if isinstance(node, dict):
+        found = {v for k, v in node.items() if k.endswith("_file") and isinstance(v, str)}
+        return found.union(*(_file_values(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_file_values(v) for v in node))
+    return set()
+
+
+def test_readme_own_stack_steps_name_every_secret_file_alertmanager_reads():
+    spec = load_spec(REPO_ROOT / "inferwatch.yaml")
+    files = secret_files(spec)
+    assert _file_values(config(spec)) == {path for path, _ in files.values()}
+    readme = (REPO_ROOT / "README.md").read_text()
+    steps = readme.split("## Use it with your own Triton and Prometheus", 1)[1].split("\n## ", 1)[0]
+    for field, (path, _) in files.items():
+        assert f"`{field}`" in steps and f"`{path}`" in steps, field
+    assert "`notifier.fallback_pagerduty_url`" in steps
+
+
+def test_fallback_routing_key_file_and_url_come_from_the_spec():
+    spec = spec_from_dict({"notifier": {"fallback_routing_key_file": "/run/secrets/pd-key",
+                                        "fallback_pagerduty_url": "https://events.eu.pagerduty.com/v2/enqueue"}})
+    fallback = next(r for r in config(spec)["receivers"] if r["name"] == "notifier-fallback")["pagerduty_configs"][0]
+    assert fallback["routing_key_file"] == "/run/secrets/pd-key"
+    assert fallback["url"] == "https://events.eu.pagerduty.com/v2/enqueue"
