@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -78,3 +79,29 @@ def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@contextlib.contextmanager
+def notifier_behind_alertmanager(tmp_path: Path, grouping: dict[str, list[str]]):
+    """Yield (sims, notifier service, spec data) with the notifier on the simulators and the spec data set up so
+    its generated Alertmanager config posts to that notifier, with the secret files written and groups
+    flushed within seconds (`grouping`: layer -> group_by)."""
+    from inferwatch.notifier.service import NotifierService
+
+    sims = ProviderSimulators().start()
+    svc = None
+    try:
+        data = spec_data(sims)
+        svc = NotifierService(spec_from_dict(data), tmp_path / "data", port=0).start()
+        (tmp_path / "token").write_text(TOKEN + "\n")
+        (tmp_path / "pdkey").write_text(sims.pagerduty.routing_key + "\n")
+        fast = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h"}
+        data["targets"] = {"notifier": svc.url}
+        data["notifier"].update(token_file=str(tmp_path / "token"), fallback_routing_key_file=str(tmp_path / "pdkey"),
+                                fallback_pagerduty_url=sims.pagerduty_url,
+                                grouping={layer: {"group_by": list(by), **fast} for layer, by in grouping.items()})
+        yield sims, svc, data
+    finally:
+        if svc:
+            svc.stop()
+        sims.stop()

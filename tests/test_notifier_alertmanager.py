@@ -12,12 +12,10 @@ import requests
 import yaml
 
 from inferwatch.notifier.alertmanager_config import PATH, config, inhibit_rules, outputs, secret_files
-from inferwatch.notifier.service import NotifierService
-from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import load_spec, spec_from_dict
 
 from conftest import REPO_ROOT
-from notifier_support import TOKEN, spec_data, wait_for
+from notifier_support import notifier_behind_alertmanager, wait_for
 
 COMMITTED = REPO_ROOT / PATH
 
@@ -65,20 +63,8 @@ def test_no_secret_is_inline_and_resolved_notifications_are_sent():
 
 
 def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_factory, tmp_path):
-    sims = ProviderSimulators().start()
-    svc = None
-    try:
-        data = spec_data(sims)
-        svc = NotifierService(spec_from_dict(data), tmp_path / "data", port=0).start()
-        (tmp_path / "token").write_text(TOKEN + "\n")
-        (tmp_path / "pdkey").write_text(sims.pagerduty.routing_key + "\n")
-        fast = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h"}
-        data["targets"] = {"notifier": svc.url}
-        data["notifier"].update(token_file=str(tmp_path / "token"), fallback_routing_key_file=str(tmp_path / "pdkey"),
-                                fallback_pagerduty_url=sims.pagerduty_url,
-                                grouping={"L1": {"group_by": ["alertname", "node", "gpu"], **fast},
-                                          "L2": {"group_by": ["alertname", "node"], **fast},
-                                          "L3": {"group_by": ["alertname", "tenant"], **fast}})
+    grouping = {"L1": ["alertname", "node", "gpu"], "L2": ["alertname", "node"], "L3": ["alertname", "tenant"]}
+    with notifier_behind_alertmanager(tmp_path, grouping) as (sims, svc, data):
         config = tmp_path / "alertmanager.yml"
         config.write_text(outputs(spec_from_dict(data))[PATH])
         am = alertmanager_factory(config)
@@ -132,10 +118,6 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
                 if ln.startswith("inferwatch_notifier_notifications_total{") and 'outcome="dead_lettered"}' in ln
                 and not ln.endswith(" 0.0")]
         assert not dead, dead
-    finally:
-        if svc:
-            svc.stop()
-        sims.stop()
 
 
 def _file_values(node) -> set[str]:

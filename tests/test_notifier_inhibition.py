@@ -13,13 +13,11 @@ import yaml
 
 from inferwatch.notifier import amtree
 from inferwatch.notifier.alertmanager_config import PATH, inhibit_rules, outputs
-from inferwatch.notifier.service import NotifierService
 from inferwatch.spec import load_spec, spec_from_dict
-from inferwatch.testing.channels import ProviderSimulators
 from rule_labels import alert_rules
 
 from conftest import REPO_ROOT
-from notifier_support import TOKEN, spec_data, wait_for
+from notifier_support import notifier_behind_alertmanager, wait_for
 
 SPEC = REPO_ROOT / "inferwatch.yaml"
 
@@ -150,17 +148,8 @@ def _key(a: dict) -> tuple:
 
 
 def test_real_alertmanager_inhibits_only_within_scope(alertmanager_factory, tmp_path):
-    sims = ProviderSimulators().start()
-    svc = None
-    try:
-        data = spec_data(sims)
-        svc = NotifierService(spec_from_dict(data), tmp_path / "data", port=0).start()
-        (tmp_path / "token").write_text(TOKEN + "\n")
-        fast = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h"}
-        data["targets"] = {"notifier": svc.url}
-        data["notifier"].update(token_file=str(tmp_path / "token"), fallback_routing_key_file=str(tmp_path / "key"),
-                                grouping={layer: {"group_by": ["alertname", "tenant", "node"], **fast}
-                                          for layer in ("L1", "L2", "L3")})
+    grouping = {layer: ["alertname", "tenant", "node"] for layer in ("L1", "L2", "L3")}
+    with notifier_behind_alertmanager(tmp_path, grouping) as (sims, svc, data):
         config = tmp_path / "alertmanager.yml"
         config.write_text(outputs(spec_from_dict(data))[PATH])
         assert yaml.safe_load(config.read_text())["inhibit_rules"] == inhibit_rules(spec_from_dict(data))
@@ -174,10 +163,6 @@ def test_real_alertmanager_inhibits_only_within_scope(alertmanager_factory, tmp_
         wait_for(lambda: any("LlmTtftP95High" in t and "acme" in t for t in sims.wecom.texts()), timeout=30,
                  what="LlmTtftP95High (tenant acme) on WeCom")
         assert _states(am)[_key(TABLE[0][0][1])] == "active"
-    finally:
-        if svc:
-            svc.stop()
-        sims.stop()
 
 
 def test_real_alertmanager_keeps_inhibition_inside_a_cluster(alertmanager_factory, tmp_path):

@@ -71,7 +71,7 @@ class Reporter:
             self._live.update(Text(text, style="dim"))
         elif time.time() - self._last_status >= STATUS_EVERY_S:
             self._last_status = time.time()
-            self.console.print(Text(f"  status {text}", style="dim"))
+            self.console.print(self._wrap([("  status ", "dim")], text, 9, "dim"))
 
     def _wrap(self, head: list[tuple[str, str]], body: str, indent: int, style: str = "") -> Text:
         """`head` then `body` wrapped at word boundaries to the console width, continuation lines indented."""

@@ -259,12 +259,16 @@ class ScenarioRunner:
             o.fault.remove()
             o.removed_at = time.time()
             self._emit(Event(o.removed_at, "removed", f"{o.fault.title} removed", fault=o.fault))
-        self._wait(deadline, done=lambda: all(o.resolved for o in self.outcomes))
+        self._wait(deadline, done=self._all_resolved)
         self._wait(min(deadline, time.time() + SETTLE_S))
         self._phase("done", "scenario finished")
         self._flush()
         return ScenarioResult(self.t0, first_fault, removed, time.time(), list(self.deliveries.deliveries),
                               self.outcomes, self.events, self.bounds, attempts_clean)
+
+    def _all_resolved(self) -> bool:
+        """Every fault's alert resolved, in every group it fired for (each tenant of an L3 alert)."""
+        return all(o.resolved and set(o.group_resolutions) >= set(o.groups) for o in self.outcomes)
 
     def keep_running(self) -> None:
         """Clean traffic and live status until Ctrl-C (KeyboardInterrupt propagates)."""
