@@ -18,7 +18,7 @@ model's configuration: `inferwatch_triton_model_step_info`, `inferwatch_triton_m
 
 from __future__ import annotations
 
-from inferwatch.rules.builders import (MODEL_VERSION, by, exporter_down, num, over_threshold_by_model,
+from inferwatch.rules.builders import (MODEL_VERSION, by, exporter_down, num, over_threshold_by_model, ratio,
                                        with_min_rate)
 from inferwatch.rules.llm import ERRORS as GATEWAY_ERROR_OUTCOMES
 from inferwatch.rules.model import Alert, Group, Recording
@@ -96,18 +96,20 @@ def recording_rules(window: str) -> list[Recording]:
         Recording(SUCCESS, _rate("nv_inference_request_success", window)),
         Recording(FAILURE, _rate("nv_inference_request_failure", window, MV + ", reason")),
         Recording(REQUESTS, f"{SUCCESS}\n+ on ({MV})\nsum by ({MV}) ({FAILURE})"),
-        Recording(ERROR_RATIO, f"sum by ({MV}) ({FAILURE})\n/ on ({MV})\n{REQUESTS}"),
+        # Ratios and means record nothing for a window without requests (0/0 would record NaN).
+        Recording(ERROR_RATIO, ratio(f"sum by ({MV}) ({FAILURE})", REQUESTS, MODEL_VERSION)),
         # Not for decoupled models: their request duration is the execute call, not the stream a client waits for.
-        Recording(REQUEST_AVG, f"{_rate('nv_inference_request_duration_us', window)} / 1e6\n/ on ({MV})\n{SUCCESS}"
-                               f"\nunless on (triton, model)\n{DECOUPLED}"),
-        Recording(QUEUE_AVG, f"{_rate('nv_inference_queue_duration_us', window)} / 1e6\n/ on ({MV})\n{SUCCESS}"),
-        Recording(COMPUTE_AVG, f"sum by ({MV}) (\n{compute}\n) / 1e6\n/ on ({MV})\n{SUCCESS}"),
+        Recording(REQUEST_AVG, ratio(f"{_rate('nv_inference_request_duration_us', window)} / 1e6", SUCCESS,
+                                     MODEL_VERSION) + f"\nunless on (triton, model)\n{DECOUPLED}"),
+        Recording(QUEUE_AVG, ratio(f"{_rate('nv_inference_queue_duration_us', window)} / 1e6", SUCCESS,
+                                   MODEL_VERSION)),
+        Recording(COMPUTE_AVG, ratio(f"sum by ({MV}) (\n{compute}\n) / 1e6", SUCCESS, MODEL_VERSION)),
         # A summary with no observation in its 60 s window reports NaN; `>= 0` drops NaN so the average
         # takes over, exactly as it does where summaries are off.
         Recording(QUEUE_P95, f'(max by ({MV}) (nv_inference_queue_summary_us{{quantile="0.95"}}) / 1e6) >= 0\n'
                              f"or\n{QUEUE_AVG}"),
-        Recording(BATCH_AVG, f"{_rate('nv_inference_count', window)}\n/ on ({MV})\n"
-                             f"{_rate('nv_inference_exec_count', window)}"),
+        Recording(BATCH_AVG, ratio(_rate("nv_inference_count", window), _rate("nv_inference_exec_count", window),
+                                   MODEL_VERSION)),
     ] + ensemble_rules(window)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -113,3 +114,29 @@ def send_via(sims: ProviderSimulators, channel: str, body: dict, **notification)
         Notification(channel=channel, groups=[message_from_dict(body)], **notification))
     assert result.ok, result
     return getattr(sims, PROVIDER_OF[channel]).received[-1]
+
+
+@contextlib.contextmanager
+def notifier_behind_alertmanager(tmp_path: Path, grouping: dict[str, list[str]]):
+    """Yield (sims, notifier service, spec data) with the notifier on the simulators and the spec data set up so
+    its generated Alertmanager config posts to that notifier, with the secret files written and groups
+    flushed within seconds (`grouping`: layer -> group_by)."""
+    from inferwatch.notifier.service import NotifierService
+
+    sims = ProviderSimulators().start()
+    svc = None
+    try:
+        data = spec_data(sims)
+        svc = NotifierService(spec_from_dict(data), tmp_path / "data", port=0).start()
+        (tmp_path / "token").write_text(TOKEN + "\n")
+        (tmp_path / "pdkey").write_text(sims.pagerduty.routing_key + "\n")
+        fast = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h"}
+        data["targets"] = {"notifier": svc.url}
+        data["notifier"].update(token_file=str(tmp_path / "token"), fallback_routing_key_file=str(tmp_path / "pdkey"),
+                                fallback_pagerduty_url=sims.pagerduty_url,
+                                grouping={layer: {"group_by": list(by), **fast} for layer, by in grouping.items()})
+        yield sims, svc, data
+    finally:
+        if svc:
+            svc.stop()
+        sims.stop()

@@ -37,6 +37,7 @@ CONDITION = {
     "GpuTemperatureCritical": Condition(GPU, {"temperature_celsius": 90}, {"temperature_celsius": 70}),
     "GpuMemoryUsageHigh": Condition(GPU, {"memory_used_ratio": 0.93}, {"memory_used_ratio": 0.5}),
     "GpuMemoryUsageCritical": Condition(GPU, {"memory_used_ratio": 0.97}, {"memory_used_ratio": 0.93}),
+    "GpuNvmlLost": Condition({"node": "node-a"}, {"nvml_up": 0, "gpus_known": 2}, {"nvml_up": 1}),
     "GpuLost": Condition(GPU, {"gpu_up": 0, "xid79_recent": 0}, {"gpu_up": 1}),
     "GpuXidCritical": Condition(GPU, {"critical_xids_recent": 1}, {"critical_xids_recent": 0}),
     "GpuUncorrectableMemoryError": Condition(GPU, {"remap_failure": 0, "dbe_recent": 2},
@@ -55,6 +56,9 @@ CONDITION = {
     "TritonModelErrorRatioHigh": Condition(MODEL, {"error_ratio": 0.3, "request_rate": 10},
                                            {"error_ratio": 0.001}),
     # model "classifier" has its own queue threshold (250 ms) in inferwatch.yaml: 300 ms is above it.
+    "TritonDecoupledModelErrorRatioHigh": Condition(
+        {"node": "node-a", "triton": "triton-a", "model": "llm", "source": "gateway"},
+        {"gateway_error_ratio": 0.3, "gateway_request_rate": 10}, {"gateway_error_ratio": 0.001}),
     "TritonQueueTimeP95High": Condition({**MODEL, "model": "classifier"},
                                         {"queue_p95_seconds": 0.3, "request_rate": 20},
                                         {"queue_p95_seconds": 0.005}),
@@ -109,6 +113,9 @@ FINDINGS = {
         "memory-leak": F({"memory_growth_mib_1h": 4096, "request_rate_change": 1.0}, {"request_rate_change": 2.0}),
         "many-instances": F({"gpu_instances": 6}, {"gpu_instances": 2}),
     }.items()},
+    ("GpuNvmlLost", "driver-unloaded"): F({"gpus_unreadable": 2, "seconds_since_last_reading": 120},
+                                          {"gpus_unreadable": 1}),
+    ("GpuNvmlLost", "library-errors"): F({"library_errors": 4}, {"library_errors": 0}),
     ("GpuLost", "node-wide-fault"): F({"lost_gpus_on_node": 4}, {"lost_gpus_on_node": 1}),
     ("GpuLost", "memory-error-then-loss"): F({"memory_xids_last_hour": 2}, {"memory_xids_last_hour": 0}),
     ("GpuLost", "overheated"): F({"max_temperature_1h": 95}, {"max_temperature_1h": 70}),
@@ -155,6 +162,13 @@ FINDINGS = {
                                                        {"backend_per_second": 0}),
     ("TritonModelErrorRatioHigh", "client-cancellations"): F({"canceled_per_second": 2, "failures_per_second": 3},
                                                              {"canceled_per_second": 0.1}),
+    ("TritonDecoupledModelErrorRatioHigh", "step-failures"): F({"step_failures_per_second": 1},
+                                                               {"step_failures_per_second": 0}),
+    ("TritonDecoupledModelErrorRatioHigh", "upstream-unavailable"): F(
+        {"upstream_errors_per_second": 2, "gateway_errors_per_second": 3}, {"upstream_errors_per_second": 0.5}),
+    ("TritonDecoupledModelErrorRatioHigh", "mid-stream-errors"): F(
+        {"mid_stream_errors_per_second": 2, "gateway_errors_per_second": 3, "triton_error_ratio": 0},
+        {"mid_stream_errors_per_second": 0.5}),
     ("TritonQueueTimeP95High", "capacity"): F({"gpu_util_ratio": 0.95}, {"gpu_util_ratio": 0.5}),
     ("TritonQueueTimeP95High", "batching-configuration"): F(
         {"preferred_batch_size": 8, "batch_size_avg": 1, "max_queue_delay_seconds": 0.1}, {"batch_size_avg": 7}),
