@@ -1,4 +1,4 @@
-"""Gateway proxy in front of the real Triton serving `toy_llm` (issue 5 "Done when")."""
+"""Gateway proxy in front of the real Triton serving `toy_llm`: streams metered as Triton writes them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The real Triton server shipped in `nvidia-pytriton`, serving a plain model repository on loopback.
 
-Two facts learned by running it here (DESIGN.md): the Python backend stub links the system libpython, so
+Two facts learned by running it (docs/sources.md#triton): the Python backend stub links the system libpython, so
 LD_LIBRARY_PATH must point at the running interpreter's LIBDIR; and a plain repository needs a backend
 directory holding `backends/python/*` plus the stub matching this Python version.
 """
@@ -104,7 +104,7 @@ def server_argv(model_repository: Path, workdir: Path, *, host: str, http_port: 
         f"--backend-directory={backend_directory(Path(workdir))}",
         f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
         f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}",
-        # P95 queue time in rules needs summaries (REFERENCES.md); counters stay on too.
+        # P95 queue time in rules needs summaries (docs/sources.md#triton); counters stay on too.
         *(["--metrics-config=summary_latencies=true"] if summary_latencies else []),
         f"--metrics-interval-ms={metrics_interval_ms}",
     ] + list(extra_args or [])
