@@ -14,8 +14,11 @@ COPY dashboards ./dashboards
 COPY notifier ./notifier
 RUN pip install . && rm -rf /src
 
-RUN useradd --system --uid 10001 --home-dir /var/lib/inferwatch --create-home inferwatch
-USER inferwatch
+RUN groupadd --system --gid 10001 inferwatch \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/inferwatch --create-home inferwatch
+# Numeric, so Kubernetes can verify runAsNonRoot (deploy/kubernetes runs it with runAsUser 10001 and a
+# read-only root filesystem: nothing here writes outside /tmp and the notifier's --data-dir).
+USER 10001:10001
 WORKDIR /var/lib/inferwatch
 ENTRYPOINT ["inferwatch"]
 CMD ["--help"]

@@ -8,7 +8,7 @@ APT_PACKAGES := prometheus prometheus-alertmanager docker-compose
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: test test-fast demo install system-deps bench generate clean
+.PHONY: test test-fast demo install system-deps bench generate check-generated clean
 
 install: $(STAMP)
 
@@ -26,8 +26,12 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
 
-test: install system-deps
+test: install system-deps check-generated
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Generated files (rules, dashboards, deploy configs) are committed: fail when they are stale.
+check-generated: install
+	$(BIN)/inferwatch generate --check
 
 # Everything but the slow end-to-end scenarios.
 test-fast: install system-deps

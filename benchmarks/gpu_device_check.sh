@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# GPU check for a machine with an NVIDIA GPU (issue 3, item 7): run the GPU exporter on the real NVML and
+# GPU check for a machine with an NVIDIA GPU: run the GPU exporter on the real NVML and
 # compare its values with nvidia-smi on the same GPUs, idle and (when PyTorch is there) under load.
 #
 #   bash benchmarks/gpu_device_check.sh            # from the repository root; needs python3 with
 #                                                  # nvidia-ml-py, prometheus-client, pyyaml, requests
 # Prints, per GPU and phase, exporter value / nvidia-smi value / difference for temperature.gpu,
-# memory.used, power.draw, utilization.gpu; the DCGM names present and absent; NVML errors by class;
+# temperature.memory, memory.used, power.draw, utilization.gpu, fan.speed (where nvidia-smi shows [N/A] the
+# exporter must have no series); the DCGM names present and absent; NVML errors by class (blank and
+# out_of_range drops included);
 # ends with one JSON line. Differences are expected to be small but not zero: the two read at slightly
 # different instants, nvidia-smi's power.draw may be an average, and memory.used may count reserved memory
 # differently across drivers. Exit 0 when the exporter served every GPU with up=1, else 1.
@@ -29,7 +31,7 @@ if ! "$PY" -c "import inferwatch.exporters.gpu" 2>/dev/null; then
 fi
 "$PY" -c "import pynvml, prometheus_client, yaml, requests" || { echo "missing Python packages"; exit 1; }
 
-"$PY" -m inferwatch.exporters.gpu --nvml "${NVML_MODE:-real}" --port "$PORT" --interval 1s >"$OUT_DIR/exporter.log" 2>&1 &
+"$PY" -m inferwatch.exporters.gpu --nvml "${NVML_MODE:-real}" --port "$PORT" --interval 1s --no-pod-labels >"$OUT_DIR/exporter.log" 2>&1 &
 EXPORTER=$!
 trap 'kill $EXPORTER 2>/dev/null; wait $EXPORTER 2>/dev/null' EXIT
 for _ in $(seq 1 100); do
@@ -44,8 +46,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 port, out_dir = os.environ["PORT"], os.environ["OUT_DIR"]
-FIELDS = [("temperature.gpu", "DCGM_FI_DEV_GPU_TEMP"), ("memory.used", "DCGM_FI_DEV_FB_USED"),
-          ("power.draw", "DCGM_FI_DEV_POWER_USAGE"), ("utilization.gpu", "DCGM_FI_DEV_GPU_UTIL")]
+FIELDS = [("temperature.gpu", "DCGM_FI_DEV_GPU_TEMP"), ("temperature.memory", "DCGM_FI_DEV_MEMORY_TEMP"),
+          ("memory.used", "DCGM_FI_DEV_FB_USED"), ("power.draw", "DCGM_FI_DEV_POWER_USAGE"),
+          ("utilization.gpu", "DCGM_FI_DEV_GPU_UTIL"), ("fan.speed", "DCGM_FI_DEV_FAN_SPEED")]
 
 def smi():
     rows = subprocess.run(["nvidia-smi", "--query-gpu=index," + ",".join(f for f, _ in FIELDS),
@@ -123,8 +126,12 @@ print("== DCGM names present:", len(names), "absent (NVML did not give them here
 print("== inferwatch_gpu_up:", up)
 print("== NVML errors by class:", errors or "none")
 print("== sentinel-like values:", sentinels or "none")
+# A series the exporter has where nvidia-smi says [N/A] (or the reverse) is a disagreement about support.
+support = [(r["phase"], r["gpu"], r["field"]) for r in rows if (r["exporter"] is None) != (r["nvidia_smi"] is None)]
+print("== present on one side only:", support or "none")
 summary = {"gpus": len(up), "all_up": bool(up) and all(v == 1 for v in up.values()), "absent": absent,
-           "nvml_errors": errors, "sentinels": len(sentinels),
+           "nvml_errors": errors, "sentinels": len(sentinels), "support_disagreements": support,
+           "nvml_up": [s.value for s in samples if s.name == "inferwatch_gpu_nvml_up"],
            "max_abs_diff": {f: max((abs(r["diff"]) for r in rows if r["field"] == f and r["diff"] is not None),
                                    default=None) for f, _ in FIELDS}}
 print(json.dumps(summary))

@@ -15,7 +15,7 @@ from inferwatch.rules.names import ALERTS
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Core React panels of Grafana 11. Anything else (graph, singlestat, table-old, Angular plugins) is refused:
-# Grafana 11 disables Angular by default (research/alerting.md §1.5).
+# Grafana 11 disables Angular by default (Grafana docs, "Angular support deprecation").
 REACT_PANELS = {"row", "timeseries", "stat", "table", "heatmap", "bargauge", "gauge", "state-timeline",
                 "status-history", "barchart", "histogram", "text", "piechart", "alertlist"}
 MIN_SCHEMA_VERSION = 39  # Grafana 11.0

@@ -1,6 +1,10 @@
 """L2 Triton models: traffic and failures by reason, where the time goes (queue / compute input / infer /
 output), P95 queue, pending requests, batching achieved vs preferred, model states, canary versions side by
-side, and models idle for 7 days.
+side, ensembles and streaming models as clients see them, and models idle for 7 days.
+
+Ensemble (and BLS) steps are not traffic: request panels show entry points, and steps appear as executions
+per request of their parent. Decoupled (streaming) models have no stage times (Triton's figures are the
+execute call); their latency and errors come from the gateway.
 
 Triton's latency metrics are cumulative microsecond counters, not histograms: averages are
 rate(sum) / rate(count) (Triton docs "Metrics", Latencies); P95 comes from the `*_summary_us` quantiles that
@@ -21,6 +25,9 @@ BY = "node, triton, model, version"
 LEGEND = "{{model}} v{{version}} ({{triton}})"
 MAIN_PANEL = "Requests by model version"
 RATE = "[$__rate_interval]"
+STEPS = "max by (triton, model) (inferwatch_triton_model_step_info)"
+DECOUPLED = "max by (triton, model) (inferwatch_triton_model_decoupled) == 1"
+DECOUPLED_MODELS = 'max by (model) (inferwatch_triton_model_decoupled{triton=~"$triton", model=~"$model"}) == 1'
 
 
 def _rate(metric: str, by: str = BY) -> str:
@@ -28,8 +35,14 @@ def _rate(metric: str, by: str = BY) -> str:
 
 
 def _avg_seconds(metric: str) -> str:
-    """Average stage time per successful request, s: rate(µs counter) / rate(success) / 1e6."""
-    return (f"{_rate(metric)} / 1e6\n/ on ({BY})\n{_rate('nv_inference_request_success')}")
+    """Average stage time per successful request, s: rate(µs counter) / rate(success) / 1e6; decoupled models
+    left out (their stage times are the execute call, not the stream)."""
+    return (f"{_rate(metric)} / 1e6\n/ on ({BY})\n{_rate('nv_inference_request_success')}\n"
+            f"unless on (triton, model)\n{DECOUPLED}")
+
+
+def _entry_points(expr: str) -> str:
+    return f"{expr}\nunless on (triton, model)\n{STEPS}"
 
 
 def build(spec: Spec) -> db.Dashboard:
@@ -63,22 +76,24 @@ def build(spec: Spec) -> db.Dashboard:
     board = board.with_row(db.Row("Traffic and errors"))
     board = board.with_panel(timeseries_panel(
         MAIN_PANEL, "Successful and failed inference requests per second per model version "
-        "(nv_inference_request_success + nv_inference_request_failure).", "reqps",
-        [query(_rate("nv_inference_request_success"), LEGEND + " ok"),
-         query(_rate("nv_inference_request_failure"), LEGEND + " failed")], min_val=0))
+        "(nv_inference_request_success + nv_inference_request_failure), for the models clients call: steps of "
+        "ensembles and BLS models are their parent's work (see \"Steps per parent request\").", "reqps",
+        [query(_entry_points(_rate("nv_inference_request_success")), LEGEND + " ok"),
+         query(_entry_points(_rate("nv_inference_request_failure")), LEGEND + " failed")], min_val=0))
     board = board.with_panel(timeseries_panel(
         "Failures by reason", "Failed requests/s by Triton's `reason`: REJECTED (queue full or timed out in "
         "the queue), CANCELED, BACKEND (the model raised), OTHER.", "reqps",
         [query(_rate("nv_inference_request_failure", BY + ", reason") + " > 0", LEGEND + " {{reason}}")],
         links=runbook_links(spec, ["TritonRequestsRejected", "TritonModelErrorRatioHigh"]), min_val=0))
     board = board.with_panel(timeseries_panel(
-        "Error ratio", "Failed / all requests per model version over the rules' rate window "
-        f"(model_version:nv_inference_request_error:ratio). Dashed line: {l2.error_ratio:.1%} "
-        "(TritonModelErrorRatioHigh, judged only above "
-        f"{l2.min_request_rate:g} req/s).", "percentunit",
-        [query(f"model_version:nv_inference_request_error:ratio{{{SEL}}}", LEGEND)],
-        links=runbook_links(spec, ["TritonModelErrorRatioHigh"]), thresholds=[(l2.error_ratio, "red")],
-        min_val=0))
+        "Error ratio", "Failed / all requests per entry point (model clients call) over the rules' rate window "
+        "(model:nv_inference_entry_point_error:ratio). Source `triton`: Triton's failure counter; source "
+        "`gateway`: a decoupled (streaming) model the gateway meters, whose errors mid-stream Triton counts as "
+        f"successes. Dashed line: {l2.error_ratio:.1%} (TritonModelErrorRatioHigh, "
+        f"TritonDecoupledModelErrorRatioHigh; judged only above {l2.min_request_rate:g} req/s).", "percentunit",
+        [query(f"model:nv_inference_entry_point_error:ratio{{{SEL}}}", "{{model}} ({{triton}}, {{source}})")],
+        links=runbook_links(spec, ["TritonModelErrorRatioHigh", "TritonDecoupledModelErrorRatioHigh"]),
+        thresholds=[(l2.error_ratio, "red")], min_val=0))
     board = board.with_panel(timeseries_panel(
         "Pending requests", "Requests received and not yet executing (nv_inference_pending_request_count). "
         f"Dashed line: {l2.pending_requests:g} (TritonPendingRequestsHigh).", "short",
@@ -89,7 +104,8 @@ def build(spec: Spec) -> db.Dashboard:
     board = board.with_panel(timeseries_panel(
         "Where the time goes", "Average time per successful request in each stage: queue, compute input, "
         "compute infer, compute output (rate of Triton's µs counters / rate of successes). Stacked, so the top "
-        "is about the average request time.", "s",
+        "is about the average request time. Decoupled (streaming) models are left out: their figures time the "
+        "execute call, not the stream (see \"Streaming models: time to first token\").", "s",
         [query(_avg_seconds("nv_inference_queue_duration_us"), LEGEND + " queue"),
          query(_avg_seconds("nv_inference_compute_input_duration_us"), LEGEND + " compute input"),
          query(_avg_seconds("nv_inference_compute_infer_duration_us"), LEGEND + " compute infer"),
@@ -119,6 +135,37 @@ def build(spec: Spec) -> db.Dashboard:
         [query('sum by (model, batch_size) (rate(inferwatch_triton_model_batch_executions_total'
                '{triton=~"$triton", model=~"$model"}[$__rate_interval])) > 0', "{{model}} batch {{batch_size}}")],
         stacked=True, min_val=0))
+    board = board.with_row(db.Row("Ensembles, BLS and streaming models"))
+    board = board.with_panel(table_panel(
+        "Ensemble and BLS steps", "Models that run as steps of another model (parent), read from the parent's "
+        "ensemble_scheduling (kind ensemble) or given to the collector with --bls-step (kind bls); `step` is the "
+        "position. Clients call the parent; a step's requests are its parent's work.", "none",
+        [table_query(f'inferwatch_triton_model_step_info{{triton=~"$triton"}}')],
+        links=runbook_links(spec, ["TritonModelNotReady"])))
+    board = board.with_panel(timeseries_panel(
+        "Steps per parent request", "Executions of each step per request to its parent "
+        "(parent_model:nv_inference_step_requests:per_parent_request): 1 for a step that runs once, about the "
+        "output length for a postprocessing step that runs once per streamed token. A step whose counters stay 0 "
+        "(some decoupled LLM backends report none) shows nothing.", "short",
+        [query('parent_model:nv_inference_step_requests:per_parent_request{triton=~"$triton", parent=~"$model"}',
+               "{{parent}} step {{model}} ({{triton}})")], min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "Streaming models: errors and cancellations at the gateway", "Error and cancellation ratios of decoupled "
+        "(streaming) models as the gateway sees them (model:gateway_requests_errors:ratio, "
+        "model:gateway_requests_cancelled:ratio). Triton counts both as successes for a decoupled model.",
+        "percentunit",
+        [query(f"model:gateway_requests_errors:ratio\nand on (model)\n{DECOUPLED_MODELS}", "{{model}} errors"),
+         query(f"model:gateway_requests_cancelled:ratio\nand on (model)\n{DECOUPLED_MODELS}",
+               "{{model}} cancelled")],
+        links=runbook_links(spec, ["TritonDecoupledModelErrorRatioHigh"]), thresholds=[(l2.error_ratio, "red")],
+        min_val=0))
+    board = board.with_panel(timeseries_panel(
+        "Streaming models: time to first token", "P95 time to first token of decoupled (streaming) models, "
+        "measured at the gateway (arrival to first token event, every tenant and tier): what a client waits for, "
+        "which Triton's request duration of a decoupled model (the execute call) is not.", "s",
+        [query(f"histogram_quantile(0.95, sum by (model, le) (rate(gateway_time_to_first_token_seconds_bucket"
+               f'{{model=~"$model"}}{RATE})))\nand on (model)\n{DECOUPLED_MODELS}', "{{model}} P95")],
+        min_val=0))
     board = board.with_row(db.Row("Versions and lifecycle"))
     board = board.with_panel(timeseries_panel(
         "Canary: request time by version", "Average request time per version of each model, side by side "

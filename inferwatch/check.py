@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from inferwatch.generate import render_all
+from inferwatch.notifier.routecheck import check_routes
 from inferwatch.spec import DEFAULT_SPEC_PATH, load_spec
 from inferwatch.specload import SpecError
 
@@ -32,6 +33,20 @@ def unresolved_secrets(spec) -> list[str]:
     return found
 
 
+def missing_alertmanager_files(spec) -> list[str]:
+    """'field: why' for every secret file the generated Alertmanager configuration reads that is not readable
+    here (they usually live only where Alertmanager runs, so this is a warning)."""
+    from inferwatch.notifier.alertmanager_config import secret_files
+
+    out = []
+    for name, (path, what) in secret_files(spec).items():
+        try:
+            Path(path).read_bytes()
+        except OSError as exc:
+            out.append(f"{name}: {path} is not readable here ({exc.strerror}); Alertmanager reads {what} from it")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     file = args.spec or (DEFAULT_SPEC_PATH if Path(DEFAULT_SPEC_PATH).exists() else None)
     spec = load_spec(file)
@@ -39,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
     # run them too, so a spec `check` accepts is one `generate` accepts.
     try:
         render_all(spec)
+        # A route that can never match is valid YAML and a valid spec, yet its alerts fall through to the
+        # catch-all: reject it, naming the nearest label or value alerts really carry.
+        check_routes(spec)
     except SpecError as exc:
         raise exc.with_file(file or "built-in defaults") from None
     name = file or f"built-in defaults (no --spec and no ./{DEFAULT_SPEC_PATH})"
@@ -46,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     # `inferwatch notifier` itself refuses to start without them.
     for warning in unresolved_secrets(spec):
         print(f"warning: {warning} (the notifier will not start without it)", file=sys.stderr)
+    for warning in missing_alertmanager_files(spec):
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"{name}: OK ({len(spec.targets.triton)} Triton target(s), "
           f"{len(spec.tiers)} tier(s), {len(spec.tenants)} tenant(s), {len(spec.channels)} channel(s), "
           f"{len(spec.routes)} route(s))")

@@ -23,6 +23,7 @@ COMMANDS = [
     "inferwatch.check",
     "inferwatch.generate",
     "inferwatch.demo",
+    "inferwatch.stack",
     "inferwatch.triage.cli",
     "inferwatch.notifier.cli",
 ]

@@ -26,6 +26,7 @@ GENERATORS: list[str] = [
     "inferwatch.notifier.alertmanager_config:outputs",  # deploy/alertmanager/alertmanager.yml
     "inferwatch.dashboards.generate:outputs",  # dashboards/generated/*.json (Grafana 11+)
     "inferwatch.compose:outputs",  # deploy/compose/{prometheus,alertmanager}.yml for docker-compose.yml
+    "inferwatch.kubernetes.generate:outputs",  # deploy/kubernetes/ kustomize base (prometheusrule.yaml: rules)
 ]
 
 

@@ -39,10 +39,15 @@ class TritonTarget:
     node: str = field("", doc="node (host) the server runs on; used by L2 alerts and inhibition")
     headers: dict[str, Secret] = field({}, doc="extra request headers, e.g. triton-access-token: ${TOKEN}")
     metrics_interval_ms: int = field(2000, doc="Triton's --metrics-interval-ms (its default is 2000)")
+    max_answer_bytes: int = field(16 * 1024 * 1024, doc="largest answer the Triton collector reads from this "
+                                  "server's API (index, statistics, config, /metrics); above it the call fails "
+                                  "with cause too_large. Raise it for repositories of thousands of models")
 
     def _validate(self, path: str) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise SpecError(f"{path}.url", f"expected an http(s) URL, got {self.url!r}")
+        if self.max_answer_bytes < 1024:
+            raise SpecError(f"{path}.max_answer_bytes", f"expected at least 1024, got {self.max_answer_bytes}")
 
     @property
     def metrics_address(self) -> str:
@@ -105,9 +110,12 @@ class PrometheusSettings:
                                                 "at least 4 scrape intervals (shorten only with the scrape interval)")
     rule_files: list[str] = field(["../../rules/generated/*.yml"],
                                   doc="rule_files in the generated prometheus.yml (relative to its folder)")
-    kubernetes_namespace: str = field("monitoring", doc="namespace of the generated PrometheusRule manifest")
+    kubernetes_namespace: str = field("monitoring", doc="namespace of the generated Kubernetes manifests "
+                                                        "(the PrometheusRule and deploy/kubernetes)")
     kubernetes_labels: dict[str, str] = field({"app.kubernetes.io/part-of": "inferwatch"},
-                                              doc="labels of the PrometheusRule; match your operator's ruleSelector")
+                                              doc="labels of the PrometheusRule, monitors and AlertmanagerConfig; "
+                                                  "match your operator's selectors (kube-prometheus-stack: "
+                                                  "release: <its release name>)")
 
 
 # ---------------------------------------------------------------------------------------------- layers
@@ -247,10 +255,27 @@ class Tier:
 
 @dataclasses.dataclass
 class GatewaySettings:
+    """The L3 gateway proxy: label headers, limits, and which Triton models are LLMs (metered)."""
+
     tenant_header: str = field("X-Tenant-ID")
     service_header: str = field("X-Service-Name")
-    max_body_bytes: int = field(8 * 1024 * 1024)
-    upstream_timeout: Duration = field(_d("5m"))
+    max_body_bytes: int = field(8 * 1024 * 1024, doc="largest request body forwarded; above it: 413")
+    upstream_timeout: Duration = field(_d("5m"), doc="connect, response headers and each gap between reads; "
+                                                     "above it: 504 (or the stream is cut)")
+    max_answer_bytes: int = field(
+        16 * 1024 * 1024,
+        doc="most bytes of one non-streamed answer (or of one stream event, decompressed) the gateway holds to "
+            "meter it; a larger answer is forwarded unmetered as it arrives (counted in "
+            "gateway_unmetered_responses_total{reason=\"too_large\"}, logged once)")
+    llm_models: list[str] | None = field(
+        None, doc="Triton models metered as LLM traffic on generate, generate_stream and infer; unset: "
+                  "generate and generate_stream of every model (Triton's LLM endpoints) and infer of none. "
+                  "OpenAI-compatible /v1/chat/completions and /v1/completions are always metered")
+
+    def _validate(self, path: str) -> None:
+        for name in ("max_body_bytes", "max_answer_bytes"):
+            if getattr(self, name) < 1024:
+                raise SpecError(f"{path}.{name}", f"expected at least 1024, got {getattr(self, name)}")
 
 
 # ------------------------------------------------------------------------------------ notifier routing
@@ -365,6 +390,112 @@ class NotifierSettings:
             raise SpecError(f"{path}.max_connections", f"expected at least 16, got {self.max_connections}")
 
 
+# ------------------------------------------------------------------------------------------ kubernetes
+@dataclasses.dataclass
+class KubernetesWorkload:
+    """Replicas and container resources of one inferwatch workload in deploy/kubernetes; what is left out
+    keeps the default of KUBERNETES_WORKLOADS."""
+
+    replicas: int | None = field(None, doc="pods (the gateway's is its autoscaler's minimum; "
+                                           "not used for the GPU exporter DaemonSet)")
+    resources: dict[str, dict[str, str]] = field({}, doc="container requests/limits, e.g. "
+                                                         "{requests: {cpu: 100m, memory: 128Mi}, limits: {...}}; "
+                                                         "each value given replaces its default")
+
+    def _validate(self, path: str) -> None:
+        if self.replicas is not None and self.replicas < 1:
+            raise SpecError(f"{path}.replicas", f"expected at least 1, got {self.replicas}")
+        unknown = sorted(set(self.resources) - {"requests", "limits"})
+        if unknown:
+            raise SpecError(f"{path}.resources", f"expected only requests and limits, got {', '.join(unknown)}")
+
+
+def _workload(replicas: int, cpu_request: str, memory_request: str, cpu_limit: str,
+              memory_limit: str) -> KubernetesWorkload:
+    return KubernetesWorkload(replicas, {"requests": {"cpu": cpu_request, "memory": memory_request},
+                                         "limits": {"cpu": cpu_limit, "memory": memory_limit}})
+
+
+# Defaults per workload: CPU requests sized for a small fleet; memory limits leave room for the answers each
+# reads whole (the collector's repository index, the notifier's outbox batches).
+KUBERNETES_WORKLOADS = {
+    "gpu-exporter": _workload(1, "50m", "64Mi", "500m", "256Mi"),
+    "gateway": _workload(2, "250m", "256Mi", "2", "1Gi"),
+    "triton-collector": _workload(1, "50m", "128Mi", "500m", "512Mi"),
+    "notifier": _workload(1, "50m", "128Mi", "500m", "512Mi"),
+}
+
+
+@dataclasses.dataclass
+class KubernetesTriton:
+    """Your Triton in the cluster: the Service the Triton collector polls, the gateway forwards to and the
+    `triton` ServiceMonitor scrapes (Triton's own /metrics)."""
+
+    namespace: str = field("triton", doc="namespace of Triton's Service")
+    service: str = field("triton", doc="Service name; also the `triton` label of Triton's and the collector's series")
+    http_port: int = field(8000, doc="Service port of Triton's HTTP API")
+    metrics_port_name: str = field("metrics", doc="name of the Service port serving Triton's :8002/metrics")
+    selector: dict[str, str] = field({"app.kubernetes.io/name": "triton"}, doc="labels of Triton's Service")
+    headers: dict[str, Secret] = field({}, doc="request headers for the collector, e.g. "
+                                               "triton-access-token: ${TRITON_ACCESS_TOKEN}")
+
+    def _validate(self, path: str) -> None:
+        import re
+
+        for name in ("namespace", "service", "metrics_port_name"):
+            value = getattr(self, name)
+            if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value):
+                raise SpecError(f"{path}.{name}", f"expected a Kubernetes name (lower-case letters, digits, '-'), "
+                                                  f"got {value!r}")
+
+
+@dataclasses.dataclass
+class KubernetesSettings:
+    """deploy/kubernetes/ (a kustomize base) written by `inferwatch generate`. Namespace and the labels the
+    Prometheus Operator selects on are `prometheus.kubernetes_namespace` and `prometheus.kubernetes_labels`."""
+
+    image: str = field("inferwatch:0.1.0", doc="image built from the Dockerfile; point it at your registry "
+                                               "here or with a kustomize overlay's `images:`")
+    image_pull_policy: str = field("IfNotPresent")
+    prometheus_url: str = field("", doc="Prometheus the notifier's triage hook asks; "
+                                        "default http://prometheus-operated.<namespace>.svc:9090")
+    alertmanager_url: str = field("", doc="default http://alertmanager-operated.<namespace>.svc:9093")
+    triton: KubernetesTriton = field(KubernetesTriton)
+    gpu_node_selector: dict[str, str] = field({"nvidia.com/gpu.present": "true"},
+                                              doc="nodes the GPU exporter runs on (the GPU Operator's node label)")
+    gpu_tolerations: list[dict[str, str]] = field(
+        [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        doc="tolerations for tainted GPU nodes")
+    gpu_runtime_class: str = field("nvidia", doc="RuntimeClass giving the GPU exporter NVML ('' = the node default)")
+    pod_resources: bool = field(True, doc="mount the kubelet pod-resources socket (GPU → pod labels); the "
+                                          "socket is root's, so the GPU exporter then runs as uid 0")
+    gateway_max_replicas: int = field(10, doc="autoscaler maximum (minimum: workloads.gateway.replicas)")
+    gateway_target_cpu_percent: int = field(70, doc="autoscaler target: average CPU use / request")
+    notifier_storage: str = field("1Gi", doc="PersistentVolumeClaim size of each notifier's outbox")
+    storage_class: str = field("", doc="StorageClass of the outbox claim ('' = the cluster default)")
+    workloads: dict[str, KubernetesWorkload] = field(
+        {}, doc="overrides per workload (gpu-exporter, gateway, triton-collector, notifier): replicas, resources")
+
+    def workload(self, name: str) -> KubernetesWorkload:
+        """The effective replicas and resources of workload `name` (spec overrides over the defaults)."""
+        default = KUBERNETES_WORKLOADS[name]
+        given = self.workloads.get(name, KubernetesWorkload())
+        resources = {kind: {**default.resources.get(kind, {}), **given.resources.get(kind, {})}
+                     for kind in ("requests", "limits")}
+        return KubernetesWorkload(given.replicas or default.replicas, resources)
+
+    def _validate(self, path: str) -> None:
+        unknown = sorted(set(self.workloads) - set(KUBERNETES_WORKLOADS))
+        if unknown:
+            raise SpecError(f"{path}.workloads.{unknown[0]}",
+                            f"unknown workload (expected one of: {', '.join(KUBERNETES_WORKLOADS)})")
+        replicas = self.workload("gateway").replicas or 1
+        if replicas > self.gateway_max_replicas:
+            raise SpecError(f"{path}.gateway_max_replicas",
+                            f"expected at least workloads.gateway.replicas ({replicas}), "
+                            f"got {self.gateway_max_replicas}")
+
+
 # -------------------------------------------------------------------------------------------- the spec
 @dataclasses.dataclass
 class Spec:
@@ -384,6 +515,7 @@ class Spec:
     channels: dict[str, Channel] = field({})
     routes: list[Route] = field([])
     notifier: NotifierSettings = field(NotifierSettings)
+    kubernetes: KubernetesSettings = field(KubernetesSettings)
 
     def _validate(self, path: str) -> None:
         if self.version != 1:

@@ -11,22 +11,37 @@ webhook and does routing by layer and delivery. Shape and semantics: research/al
 - Alerts labelled `component="notifier"` (NotifierDown, NotifierDeliveryFailing, NotifierDeadLetters) go to
   a fallback receiver that does not pass through the notifier: Alertmanager's own PagerDuty integration
   with `routing_key_file` (a notifier that cannot deliver must still page someone).
-- Inhibition: critical inhibits warning of the same alert on the same object; GpuMemoryUsageCritical
-  inhibits GpuMemoryUsageHigh; GpuLost or TritonServerDown inhibit the L2/L3 symptoms on the same node.
+- Every layer's alerts are grouped by `severity` too, so a group is all critical or all warning and the
+  notifier's routes can send them apart (critical pages, warning goes to chat).
+- Inhibition never crosses its scope. Alertmanager counts a label missing on BOTH alerts as equal, so
+  `equal: [node]` between a `TritonServerDown` without `node` (from `absent(up{job="triton"})`, or a job
+  relabelled without it) and an LLM alert (which has no node) would silence every LLM alert of the fleet.
+  Each rule therefore requires every `equal` label on both sides (`node=~".+"`) and keys only on labels the
+  registry (`inferwatch.rules.names.ALERTS[...].scope`) guarantees on its targets, plus the spec's
+  Prometheus `external_labels` (e.g. `cluster`), which Prometheus attaches to every alert it sends:
+    - the critical variant of an alert inhibits its warning variant for the same object (burn rates: same
+      tier and SLO); GpuMemoryUsageCritical inhibits GpuMemoryUsageHigh on the same GPU;
+    - GpuNvmlLost (the node's NVML library is lost) inhibits GpuLost on the same node;
+    - GpuLost and GpuNvmlLost inhibit the Triton server and model alerts of the same node, TritonServerDown
+      those of the same Triton server (node and triton). LLM (L3) alerts are per tenant, model and tier
+      across gateways and carry no node: nothing at node scope can explain them, so nothing inhibits them.
 """
 
 from __future__ import annotations
 
 import yaml
 
+from inferwatch.rules.names import ALERTS
 from inferwatch.spec import LAYERS, Spec
 
 PATH = "deploy/alertmanager/alertmanager.yml"
 FALLBACK_RECEIVER = "notifier-fallback"
 DEFAULT_RECEIVER = "notifier-default"
-# Labels that identify "the same thing" for critical-inhibits-warning (absent on both sides = equal).
-SAME_OBJECT = ["alertname", "node", "gpu", "triton", "model", "version", "tenant", "tier"]
-ROOT_CAUSES = ["GpuLost", "TritonServerDown"]
+# Labels that name which variant of an alert fired (the burn-rate window pair, a canary's signal), not the
+# object it is about: critical inhibits warning across them.
+VARIANT_LABELS = ("window", "signal")
+GPU_ROOTS = ("GpuLost", "GpuNvmlLost")
+TRITON_ROOT = "TritonServerDown"
 
 
 def layer_receiver(layer: str) -> str:
@@ -51,7 +66,7 @@ def config(spec: Spec) -> dict:
         g = s.grouping.get(layer)
         route = {"receiver": layer_receiver(layer), "matchers": [f'layer="{layer}"']}
         if g is not None:
-            route.update(group_by=list(g.group_by), group_wait=str(g.group_wait),
+            route.update(group_by=_with_severity(g.group_by), group_wait=str(g.group_wait),
                          group_interval=str(g.group_interval), repeat_interval=str(g.repeat_interval))
         routes.append(route)
     receivers = [{"name": DEFAULT_RECEIVER, "webhook_configs": [_webhook(spec)]}]
@@ -63,22 +78,59 @@ def config(spec: Spec) -> dict:
         "severity": "critical",
         "client": "inferwatch alertmanager (notifier fallback)",
     }]})
-    roots = "|".join(ROOT_CAUSES)
-    inhibit = [
-        {"source_matchers": ['severity="critical"'], "target_matchers": ['severity="warning"'],
-         "equal": SAME_OBJECT},
-        {"source_matchers": ['alertname="GpuMemoryUsageCritical"'],
-         "target_matchers": ['alertname="GpuMemoryUsageHigh"'], "equal": ["node", "gpu"]},
-        {"source_matchers": [f'alertname=~"{roots}"'],
-         "target_matchers": ['layer=~"L2|L3"', f'alertname!~"{roots}"'], "equal": ["node"]},
-    ]
+    inhibit = inhibit_rules(spec)
     return {
         "global": {"resolve_timeout": "5m"},
-        "route": {"receiver": DEFAULT_RECEIVER, "group_by": ["alertname", "layer"], "group_wait": "30s",
+        "route": {"receiver": DEFAULT_RECEIVER, "group_by": ["alertname", "layer", "severity"], "group_wait": "30s",
                   "group_interval": "5m", "repeat_interval": "4h", "routes": routes},
         "receivers": receivers,
         "inhibit_rules": inhibit,
     }
+
+
+def _with_severity(group_by: list[str]) -> list[str]:
+    # A group mixing severities has no common `severity`, so the notifier could not route it by severity.
+    return list(group_by) if "severity" in group_by or "..." in group_by else [*group_by, "severity"]
+
+
+def _alternation(names) -> str:
+    return "|".join(sorted(names))
+
+
+def _inhibit(source: list[str], target: list[str], equal: list[str]) -> dict:
+    """One inhibit rule whose `equal` labels must be present (non-empty) on the source and the target."""
+    present = [f'{label}=~".+"' for label in equal]
+    return {"source_matchers": source + present, "target_matchers": target + present, "equal": list(equal)}
+
+
+def inhibit_rules(spec: Spec) -> list[dict]:
+    """The inhibit rules (see the module docstring); every `equal` label is required on both sides."""
+    cluster = sorted(spec.prometheus.external_labels)
+    rules = []
+    for name, info in ALERTS.items():
+        if {"critical", "warning"} <= set(info.severities):
+            same = [label for label in info.scope if label not in VARIANT_LABELS]
+            rules.append(_inhibit([f'alertname="{name}"', 'severity="critical"'],
+                                  [f'alertname="{name}"', 'severity="warning"'], [*same, *cluster]))
+    rules.append(_inhibit(['alertname="GpuMemoryUsageCritical"'], ['alertname="GpuMemoryUsageHigh"'],
+                          ["node", "gpu", *cluster]))
+    rules.append(_inhibit(['alertname="GpuNvmlLost"'], ['alertname="GpuLost"'], ["node", *cluster]))
+    triton_alerts = [n for n, info in ALERTS.items()
+                     if info.layer == "L2" and n != TRITON_ROOT and {"node", "triton"} <= set(info.scope)]
+    rules.append(_inhibit([f'alertname=~"{_alternation(GPU_ROOTS)}"'],
+                          [f'alertname=~"{_alternation(triton_alerts)}"'], ["node", *cluster]))
+    rules.append(_inhibit([f'alertname="{TRITON_ROOT}"'], [f'alertname=~"{_alternation(triton_alerts)}"'],
+                          ["node", "triton", *cluster]))
+    return rules
+
+
+def secret_files(spec: Spec) -> dict[str, tuple[str, str]]:
+    """{spec field: (path, what it holds)} for every file the generated configuration makes Alertmanager read
+    (tests check that no other `*_file` appears in it and that the README's own-stack steps name each)."""
+    n = spec.notifier
+    return {"notifier.token_file": (n.token_file, "the notifier's bearer token (the value of notifier.bearer_token)"),
+            "notifier.fallback_routing_key_file": (n.fallback_routing_key_file,
+                                                   "the PagerDuty routing key for the notifier's self-alerts")}
 
 
 def render(spec: Spec) -> str:

@@ -1,7 +1,8 @@
 """`inferwatch notifier`: run the notifier, test routes, inspect and replay the outbox.
 
   inferwatch notifier [--spec FILE] [--host H] [--port 9410] [--data-dir DIR]
-  inferwatch notifier routes test key=value ...     receivers an alert with these labels reaches
+  inferwatch notifier routes test key=value ...     where an alert with these labels goes: the generated
+                                                    Alertmanager tree first, then the notifier's routes
   inferwatch notifier outbox list [--all]           pending and dead-lettered deliveries
   inferwatch notifier outbox retry ID [--force]     put a dead-lettered delivery back in the queue
                                                     (--force: also one already delivered)
@@ -19,6 +20,7 @@ from inferwatch.redaction import redact
 from inferwatch.spec import load_spec
 
 DEFAULT_PORT = 9410
+INTEGRATIONS = {"pagerduty_configs": "PagerDuty", "webhook_configs": "webhook", "slack_configs": "Slack"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     routes = nsub.add_parser("routes", help="routing tools")
     rsub = routes.add_subparsers(dest="routes_command", metavar="test", required=True)
-    test = rsub.add_parser("test", help="print the channels an alert with these labels reaches "
-                                        "(like `amtool config routes test`)")
+    test = rsub.add_parser("test", help="print where an alert with these labels goes: Alertmanager's routing "
+                                        "tree generated from the spec (like `amtool config routes test`), then "
+                                        "the notifier's routes")
     test.add_argument("labels", nargs="+", metavar="key=value", help="alert labels, e.g. layer=L2 severity=critical")
     test.add_argument("--verify", default=None, metavar="A,B",
                       help="exit 1 unless the receivers are exactly this comma-separated list")
@@ -78,27 +81,54 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _routes_test(spec, args) -> int:
+    """Where an alert with these labels goes: first Alertmanager's routing tree as `inferwatch generate` writes
+    it for this spec (an alert it sends to another receiver never reaches the notifier), then, for the
+    receivers that post to the notifier, the notifier's own routes."""
+    from inferwatch.notifier import amtree
+    from inferwatch.notifier.alertmanager_config import config as alertmanager_config
     from inferwatch.notifier.routing import Router, parse_label_args
 
     try:
         labels = parse_label_args(args.labels)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    am = alertmanager_config(spec)
+    kinds = {r["name"]: r for r in am["receivers"]}
     router = Router(spec)
-    receivers = router.receivers(labels)
-    if router.match(labels):
-        print(",".join(receivers))
-    elif receivers:
-        print(",".join(receivers) + "  (no route matched: notifier.unrouted_receivers catch-all)")
+    final: list[str] = []
+    lines: list[str] = []
+    am_receivers = amtree.receivers(am, labels)
+    via_notifier = any(kinds[n].get("webhook_configs") for n in am_receivers)
+    for name in am_receivers:
+        if kinds[name].get("webhook_configs"):
+            lines.append(f"  alertmanager: {name} (webhook to the notifier, which routes it by its own routes)")
+            reached = router.receivers(labels)
+            final += [r for r in reached if r not in final]
+            matched = router.match(labels)
+            if matched:
+                lines.append(f"  notifier: route {', '.join(str(m.index + 1) for m in matched)} -> {','.join(reached)}")
+            elif reached:
+                lines.append(f"  notifier: no route matched -> notifier.unrouted_receivers catch-all {','.join(reached)}")
+            else:
+                lines.append("  notifier: no route matched and no catch-all channel: kept as an `unrouted` dead letter")
+            for m in matched:
+                if m.escalate_after_s is not None:
+                    lines.append(f"  escalates to {','.join(m.escalate_to)} after {m.escalate_after_s:.0f}s still firing")
+        else:
+            what = ", ".join(INTEGRATIONS.get(k, k) for k in kinds[name] if k.endswith("_configs"))
+            lines.append(f"  alertmanager: {name} (Alertmanager's own {what} integration: the notifier never "
+                         f"sees this alert)")
+            final.append(name)
+    if final:
+        unrouted = via_notifier and not router.match(labels)
+        print(",".join(final) + ("  (no route matched: notifier.unrouted_receivers catch-all)" if unrouted else ""))
     else:
         print("(no route matched and no catch-all channel: kept as an `unrouted` dead letter)")
-    for m in router.match(labels):
-        if m.escalate_after_s is not None:
-            print(f"  escalates to {','.join(m.escalate_to)} after {m.escalate_after_s:.0f}s still firing")
+    print("\n".join(lines))
     if args.verify is not None:
         expected = [r for r in args.verify.split(",") if r]
-        if expected != receivers:
-            print(f"WARNING: expected receivers {expected}, got {receivers}")
+        if expected != final:
+            print(f"WARNING: expected receivers {expected}, got {final}")
             return 1
     return 0
 

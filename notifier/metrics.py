@@ -37,6 +37,10 @@ class NotifierMetrics:
         self.dead_letters = Counter("inferwatch_notifier_dead_letters_total",
                                     "Deliveries given up, by channel and reason.",
                                     ["channel", "reason"], registry=self.registry)
+        self.send_errors = Counter("inferwatch_notifier_send_errors_total",
+                                   "Failed sends (every provider error answer, timeout or connection failure, "
+                                   "whether retried or not), by channel and reason.",
+                                   ["channel", "reason"], registry=self.registry)
         self.unrouted = Counter("inferwatch_notifier_unrouted_total",
                                 "Accepted notifications no route matched (sent to notifier.unrouted_receivers, "
                                 "or dead-lettered with reason unrouted when no channel can take them).",
@@ -74,6 +78,8 @@ class NotifierMetrics:
                 self.notifications.labels(ch, outcome)
             for reason in REASONS:
                 self.dead_letters.labels(ch, reason)
+                if reason != "max_age":  # max_age is the worker giving up, not a send
+                    self.send_errors.labels(ch, reason)
         if outbox is not None:
             self.registry.register(_OutboxCollector(outbox))
 

@@ -2,8 +2,10 @@
 
 Semantics follow Alertmanager's routing tree, flattened to one ordered list (research/alerting.md §4.2):
 routes are tried in order, the first match stops the walk unless it says `continue: true`. A group is
-matched on its common labels (the labels all its alerts share). With no routes in the spec, the default is
-by layer: L1 → the phone channel (PagerDuty, else voice), L2 → Slack, L3 → WeCom.
+matched on its common labels (the labels all its alerts share; Alertmanager groups by `severity` too, so
+it is one of them). With no routes in the spec, the default is by layer and severity: L1 critical → the
+phone channel (PagerDuty, else voice), L1 warning → the chat channel (Slack, else WeCom: a warning such as
+GpuThrottling never rings the phone), L2 → Slack, L3 → WeCom.
 
 An alert no route matches is never dropped: it goes to the catch-all `notifier.unrouted_receivers`, by
 default the receivers an L2 alert reaches (the Slack/on-call channel: a human reads it there in working
@@ -18,7 +20,14 @@ import re
 
 from inferwatch.spec import Route, Spec
 
-DEFAULT_LAYER_CHANNELS = {"L1": ("pagerduty", "voice"), "L2": ("slack",), "L3": ("wecom",)}
+# (layer, severity or None for any) -> channel types, first declared channel of the first type present wins.
+# Tried in this order, so a layer's severity-specific default comes before its catch-all.
+DEFAULT_LAYER_CHANNELS: dict[tuple[str, str | None], tuple[str, ...]] = {
+    ("L1", "warning"): ("slack", "wecom"),
+    ("L1", None): ("pagerduty", "voice"),
+    ("L2", None): ("slack",),
+    ("L3", None): ("wecom",),
+}
 UNROUTED_ROUTE = -1            # route index of a catch-all delivery (no route matched)
 UNROUTED_CHANNEL = "unrouted"  # channel column of an unrouted dead letter (no channel could take it)
 CHAT_KINDS = ("slack", "wecom")
@@ -68,13 +77,14 @@ class Router:
 
 
 def default_routes(spec: Spec) -> list[Route]:
-    """Layer routes built from the first declared channel of each layer's type."""
+    """Layer (and severity) routes built from the first declared channel of each default type."""
     routes = []
-    for layer, kinds in DEFAULT_LAYER_CHANNELS.items():
+    for (layer, severity), kinds in DEFAULT_LAYER_CHANNELS.items():
+        match = {"layer": layer, **({"severity": severity} if severity else {})}
         for kind in kinds:
             names = [n for n, c in spec.channels.items() if c.type == kind]
             if names:
-                routes.append(Route(receivers=[names[0]], match={"layer": layer}))
+                routes.append(Route(receivers=[names[0]], match=match))
                 break
     return routes
 

@@ -274,6 +274,8 @@ class DeliveryWorker:
         self.metrics.latency.labels(name).observe(took)
         last = self._send_s.get(name)
         self._send_s[name] = took if last is None else last + SEND_TIME_EWMA * (took - last)
+        if not result.ok:  # the channel logged it; every failed send is counted, resent at once or not
+            self.metrics.send_errors.labels(name, result.reason).inc()
         return result
 
     def _dead(self, name: str, rows: list[Delivery], reason: str, detail: str, now: float) -> None:

@@ -72,6 +72,30 @@ def over_threshold_by_model(selector, default: float, overrides: dict[str, float
     return "\nor\n".join(parts)
 
 
+def ratio(numerator: str, denominator: str, on: tuple[str, ...] | list[str] | None = None) -> str:
+    """`numerator / denominator` only where the denominator is above 0.
+
+    A ratio or mean over a window with no event in it (no request, no execution) is 0/0 = NaN in PromQL;
+    recorded, NaN draws as a gap or a zero and compares false with every threshold. Filtering the denominator
+    with `> 0` records no sample instead: unknown is absent, not a number. `on` lists the labels both sides
+    match on (omit it when both sides carry the same labels).
+    """
+    matching = f" on ({by(on)})" if on else ""
+    return f"{numerator}\n/{matching}\n({denominator} > 0)"
+
+
+def or_zero(expr: str, like: str, on: tuple[str, ...] | list[str]) -> str:
+    """`expr`, or 0 for each series of `like` that `expr` lacks: a count with no event yet (no error series
+    at all) is 0, and a current value that vanished (a restarted exporter) is 0 against its baseline."""
+    return f"(\n{indent(expr)}\n  or on ({by(on)})\n  0 * {like}\n)"
+
+
+def known(expr: str) -> str:
+    """`expr` without NaN samples (NaN compares false, so `>= 0` keeps every real non-negative value):
+    histogram_quantile() over a window without observations, a summary quantile without requests."""
+    return f"({expr}) >= 0"
+
+
 def with_min_rate(expr: str, rate_selector: str, minimum: float, on: tuple[str, ...]) -> str:
     """Keep `expr`'s series only where `rate_selector` exceeds `minimum` (the low-traffic guard: a ratio of
     2 errors in 3 requests is not an outage)."""

@@ -7,7 +7,7 @@ the exact device. Thresholds and `for`s come from `spec.layers.L1`.
 
 from __future__ import annotations
 
-from inferwatch.rules.builders import exporter_down, num, regex_alternation
+from inferwatch.rules.builders import exporter_down, num, ratio, regex_alternation
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.spec import Spec
 
@@ -22,8 +22,9 @@ def groups(spec: Spec) -> list[Group]:
     recording = [
         # dcgm-exporter reports MiB used/free/reserved, not a total; reserved is absent on older drivers.
         Recording(MEMORY_RATIO,
-                  "DCGM_FI_DEV_FB_USED\n/\n(DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE\n"
-                  " + (DCGM_FI_DEV_FB_RESERVED or DCGM_FI_DEV_FB_USED * 0))"),
+                  ratio("DCGM_FI_DEV_FB_USED",
+                        "(DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE\n"
+                        " + (DCGM_FI_DEV_FB_RESERVED or DCGM_FI_DEV_FB_USED * 0))")),
     ]
     xids = regex_alternation(sorted(l1.critical_xids))
     alerts = [
@@ -31,12 +32,21 @@ def groups(spec: Spec) -> list[Group]:
               "critical", f"{GPU} is at {{{{ $value }}}} °C (critical above "
                           f"{num(l1.temperature_critical_celsius)} °C).")
     ]
-    for name, severity, ratio in (("GpuMemoryUsageHigh", "warning", l1.memory_used_warning_ratio),
+    for name, severity, limit in (("GpuMemoryUsageHigh", "warning", l1.memory_used_warning_ratio),
                                   ("GpuMemoryUsageCritical", "critical", l1.memory_used_critical_ratio)):
-        alerts.append(Alert(name, f"{MEMORY_RATIO} > {num(ratio)}", l1.for_, severity,
+        alerts.append(Alert(name, f"{MEMORY_RATIO} > {num(limit)}", l1.for_, severity,
                             f"{GPU} uses {{{{ $value | humanizePercentage }}}} of its framebuffer memory "
-                            f"({severity} above {ratio:.0%})."))
+                            f"({severity} above {limit:.0%})."))
     alerts += [
+        # The library lost (driver unloaded or reloaded, version mismatch) is one condition of the node, not
+        # one per GPU: every known GPU reads `up` 0 meanwhile, and Alertmanager inhibits their GpuLost by node.
+        # `devices > 0`: an exporter that never found a GPU (a CPU node, `--nvml auto`) has nothing to lose.
+        Alert("GpuNvmlLost",
+              "inferwatch_gpu_nvml_up == 0\nand on (job, instance)\ninferwatch_gpu_devices > 0",
+              l1.event_for, "critical",
+              "The NVML library on node {{ $labels.node }} (exporter {{ $labels.instance }}) is lost: "
+              "the driver was unloaded, reloaded or no longer matches the library, so none of the node's "
+              "GPUs can be read and their workloads are likely failing."),
         # XID 79 = "GPU has fallen off the bus"; `up` 0 = NVML reports the device lost or unreadable.
         Alert("GpuLost",
               f'inferwatch_gpu_up == 0\nor\nincrease(inferwatch_gpu_xid_errors_total{{xid="79"}}[{window}]) > 0',

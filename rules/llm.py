@@ -8,7 +8,7 @@ Alertmanager can inhibit the slower pairs while a faster one fires, each with a 
 
 from __future__ import annotations
 
-from inferwatch.rules.builders import by, exporter_down, le_matcher, num
+from inferwatch.rules.builders import by, exporter_down, indent, known, le_matcher, num, or_zero, ratio
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.spec import Duration, Spec
 
@@ -28,9 +28,10 @@ SLO_TTFT = "tier_slo_window:gateway_time_to_first_token_seconds:ratio_over_slo"
 WHO = "tenant {{ $labels.tenant }}, model {{ $labels.model }}, tier {{ $labels.tier }}"
 
 
-def _ratio_or_zero(numerator: str, denominator: str, on: str) -> str:
-    # Without any error series the numerator is empty; `or 0 * denominator` makes the ratio 0, not absent.
-    return f"(\n  {numerator}\n  or on ({on})\n  0 * {denominator}\n)\n/ on ({on})\n{denominator}"
+def _ratio_or_zero(numerator: str, denominator: str, on: tuple[str, ...]) -> str:
+    # Without any error series the numerator is empty: the ratio is 0, not absent. Without any request in
+    # the window the denominator is 0: the ratio is unknown, so no sample (never NaN).
+    return ratio(or_zero(numerator, denominator, on), denominator, on)
 
 
 def quantile_rules(metric: str, window: str) -> list[Recording]:
@@ -40,7 +41,8 @@ def quantile_rules(metric: str, window: str) -> list[Recording]:
     buckets = f"tenant_model_tier_le:{metric}_bucket:rate"
     rules = [Recording(buckets, f"sum by ({TMT_BY}, le) (rate({metric}_bucket[{window}]))")]
     for q in (50, 95, 99):
-        rules.append(Recording(f"tenant_model_tier:{metric}:p{q}", f"histogram_quantile(0.{q}, {buckets})"))
+        # No observation in the window makes histogram_quantile() NaN: record nothing then.
+        rules.append(Recording(f"tenant_model_tier:{metric}:p{q}", known(f"histogram_quantile(0.{q}, {buckets})")))
     return rules
 
 
@@ -49,15 +51,15 @@ def recording_rules(window: str) -> list[Recording]:
     rules += [
         Recording(TOKENS, f"sum by ({TMT_BY}, type) (rate(gateway_tokens_total[{window}]))"),
         Recording("tenant_model_tier:gateway_output_tokens:avg",
-                  f"sum by ({TMT_BY}) (rate(gateway_output_tokens_sum[{window}]))\n/ on ({TMT_BY})\n"
-                  f"sum by ({TMT_BY}) (rate(gateway_output_tokens_count[{window}]))"),
+                  ratio(f"sum by ({TMT_BY}) (rate(gateway_output_tokens_sum[{window}]))",
+                        f"sum by ({TMT_BY}) (rate(gateway_output_tokens_count[{window}]))", TMT)),
         Recording(REQUESTS, f"sum by ({TMT_BY}) (rate(gateway_requests_total[{window}]))"),
         Recording("tenant_model_tier:gateway_requests_errors:ratio",
                   _ratio_or_zero(f"sum by ({TMT_BY}) (rate(gateway_requests_total{{{ERRORS}}}[{window}]))",
-                                 REQUESTS, TMT_BY)),
+                                 REQUESTS, TMT)),
         Recording(CANCELLED,
                   _ratio_or_zero(f'sum by ({TMT_BY}) (rate(gateway_requests_total{{outcome="cancelled"}}[{window}]))',
-                                 REQUESTS, TMT_BY)),
+                                 REQUESTS, TMT)),
     ]
     return rules
 
@@ -74,14 +76,13 @@ def slo_recording_rules(spec: Spec) -> list[Recording]:
         total = f'sum by (tier) ({SLO_REQUESTS}{{slo_window="{w}"}})'
         rules.append(Recording(SLO_REQUESTS, f"sum by (tier) (rate(gateway_requests_total[{w}]))", label))
         rules.append(Recording(SLO_ERRORS, _ratio_or_zero(
-            f"sum by (tier) (rate(gateway_requests_total{{{ERRORS}}}[{w}]))", total, "tier"), label))
+            f"sum by (tier) (rate(gateway_requests_total{{{ERRORS}}}[{w}]))", total, ("tier",)), label))
         for tier_name, tier in spec.tiers.items():
             sel = f'tier="{tier_name}"'
-            rules.append(Recording(SLO_TTFT, (
-                f"1 - (\n  sum by (tier) (rate(gateway_time_to_first_token_seconds_bucket{{{sel}, "
-                f"{le_matcher(tier.ttft_slo_seconds)}}}[{w}]))\n  / on (tier)\n"
-                f"  sum by (tier) (rate(gateway_time_to_first_token_seconds_count{{{sel}}}[{w}]))\n)"),
-                {**label, "tier": tier_name}))
+            fast = ratio(f"sum by (tier) (rate(gateway_time_to_first_token_seconds_bucket{{{sel}, "
+                         f"{le_matcher(tier.ttft_slo_seconds)}}}[{w}]))",
+                         f"sum by (tier) (rate(gateway_time_to_first_token_seconds_count{{{sel}}}[{w}]))", ("tier",))
+            rules.append(Recording(SLO_TTFT, f"1 - (\n{indent(fast)}\n)", {**label, "tier": tier_name}))
     return rules
 
 
@@ -130,11 +131,14 @@ def groups(spec: Spec) -> list[Group]:
             f"(target {num(tier.ttft_p95_seconds)} s).", labels={"tier": tier_name}))
     base = f'{TOKENS}{{type="output"}}'
     offset = str(l3.throughput_baseline_offset)
+    baseline = f"sum by (model, tier) ({base} offset {offset})"
     alerts += [
+        # A model and tier whose series vanished (gateway restarted, no request since) produces 0 tokens/s,
+        # the worst collapse: without `or 0 * baseline` the comparison would return nothing and never fire.
         Alert("LlmOutputThroughputCollapse",
-              f"sum by (model, tier) ({base})\n< {num(l3.throughput_collapse_ratio)} * "
-              f"sum by (model, tier) ({base} offset {offset})\nand on (model, tier)\n"
-              f"sum by (model, tier) ({base} offset {offset}) > {num(l3.throughput_min_tokens_per_second)}",
+              f"{or_zero(f'sum by (model, tier) ({base})', baseline, ('model', 'tier'))}\n"
+              f"< {num(l3.throughput_collapse_ratio)} * {baseline}\nand on (model, tier)\n"
+              f"{baseline} > {num(l3.throughput_min_tokens_per_second)}",
               l3.for_, "warning",
               f"Model {{{{ $labels.model }}}}, tier {{{{ $labels.tier }}}} produces {{{{ $value | printf \"%.3g\" }}}} "
               f"output tokens/s, under {l3.throughput_collapse_ratio:.0%} of what it produced {offset} earlier."),

@@ -43,6 +43,20 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
         "summaries are absent"),
     "model_version:nv_inference_batch_size:avg": (
         ("node", "triton", "model", "version"), "achieved batch size: rate(inference_count) / rate(exec_count)"),
+    # L2 as clients see it: entry points, steps of ensembles and BLS models, decoupled models --------------
+    "model:nv_inference_entry_point_requests:rate": (
+        ("node", "triton", "model"), "requests/s to models clients call (steps of an ensemble or BLS model left out)"),
+    "model:nv_inference_entry_point_error:ratio": (
+        ("node", "triton", "model", "source"),
+        "failed / all requests per entry point; source=gateway for a decoupled model the gateway meters (errors "
+        "mid-stream included), source=triton (Triton's failure counter) otherwise"),
+    "parent_model:nv_inference_step_requests:per_parent_request": (
+        ("node", "triton", "parent", "model"),
+        "a step's executions per request to its parent (e.g. ~ output tokens for a per-token postprocessing step)"),
+    "model:gateway_requests:rate": (("model",), "requests/s through the gateway, every tenant and tier"),
+    "model:gateway_requests_errors:ratio": (
+        ("model",), "error|timeout outcomes / all requests at the gateway (client 4xx except 429 excluded)"),
+    "model:gateway_requests_cancelled:ratio": (("model",), "cancelled / all requests at the gateway"),
     # L3 (gateway; labels tenant, model, tier) ------------------------------------------------------------
     "tenant_model_tier_le:gateway_time_to_first_token_seconds_bucket:rate": (
         ("tenant", "model", "tier", "le"), "TTFT bucket rates (for histogram_quantile at other quantiles)"),
@@ -74,63 +88,116 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 # ---------------------------------------------------------------------------------------------------- alerts
+# Label sets alerts carry (besides alertname, layer, severity), from the series they watch: the scrape labels
+# every target gets in the generated prometheus.yml, dcgm-exporter's device labels, the recorded topology.
+SCRAPE = ("job", "instance", "node")
+GPU_DEVICE = ("gpu", "UUID", "Hostname")
+DCGM = GPU_DEVICE + ("pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION")
+MIG = ("GPU_I_PROFILE", "GPU_I_ID")  # only on a MIG instance's framebuffer series
+MODEL_VERSION = ("node", "triton", "model", "version")
+TENANT_MODEL_TIER = ("tenant", "model", "tier")
+
+
 @dataclasses.dataclass(frozen=True)
 class AlertInfo:
+    """One alert name. `labels`: every label its alerts may carry besides alertname, layer and severity;
+    `scope`: those every alert of that name carries, whatever branch of its expression fired (inhibition
+    keys on them). tests/test_rules_labels.py checks both against the generated rule files."""
+
     layer: str
     severities: tuple[str, ...]
     summary: str  # static sentence, ends with a period (mixtool lint rules)
     extra_labels: tuple[str, ...] = ()  # labels besides layer/severity the rule itself sets
+    labels: tuple[str, ...] = ()
+    scope: tuple[str, ...] = ()
 
 
+def _info(layer: str, severities: tuple[str, ...], summary: str, labels: tuple[str, ...],
+          scope: tuple[str, ...] | None = None, extra: tuple[str, ...] = ()) -> AlertInfo:
+    return AlertInfo(layer, severities, summary, extra, tuple(dict.fromkeys(labels + extra)),
+                     tuple(dict.fromkeys((labels if scope is None else scope) + extra)))
+
+
+_C, _W = ("critical",), ("warning",)
 ALERTS: dict[str, AlertInfo] = {
     # L1 ---------------------------------------------------------------------------------------------------
-    "GpuTemperatureCritical": AlertInfo("L1", ("critical",), "GPU temperature is above its critical threshold."),
-    "GpuMemoryUsageHigh": AlertInfo("L1", ("warning",), "GPU framebuffer memory is nearly full."),
-    "GpuMemoryUsageCritical": AlertInfo("L1", ("critical",), "GPU framebuffer memory is full."),
-    "GpuLost": AlertInfo("L1", ("critical",), "A GPU has fallen off the bus or cannot be read."),
-    "GpuXidCritical": AlertInfo("L1", ("critical",), "A GPU reported a critical XID error."),
-    "GpuUncorrectableMemoryError": AlertInfo(
-        "L1", ("critical",), "A GPU reported an uncorrectable memory error or a failed row remap."),
-    "GpuThrottling": AlertInfo("L1", ("warning",), "A GPU is slowing its clocks for thermal or power-brake reasons."),
-    "GpuExporterDown": AlertInfo("L1", ("critical",), "The GPU exporter cannot be scraped, GPU alerts are blind."),
+    "GpuTemperatureCritical": _info("L1", _C, "GPU temperature is above its critical threshold.", SCRAPE + DCGM),
+    "GpuMemoryUsageHigh": _info("L1", _W, "GPU framebuffer memory is nearly full.", SCRAPE + DCGM + MIG,
+                                SCRAPE + DCGM),
+    "GpuMemoryUsageCritical": _info("L1", _C, "GPU framebuffer memory is full.", SCRAPE + DCGM + MIG, SCRAPE + DCGM),
+    "GpuNvmlLost": _info("L1", _C, "The NVML library of a node is lost, none of its GPUs can be read.", SCRAPE),
+    "GpuLost": _info("L1", _C, "A GPU has fallen off the bus or cannot be read.", SCRAPE + GPU_DEVICE + ("xid",),
+                     SCRAPE + GPU_DEVICE),
+    "GpuXidCritical": _info("L1", _C, "A GPU reported a critical XID error.", SCRAPE + DCGM + ("xid",),
+                            SCRAPE + GPU_DEVICE),
+    "GpuUncorrectableMemoryError": _info(
+        "L1", _C, "A GPU reported an uncorrectable memory error or a failed row remap.", SCRAPE + DCGM),
+    "GpuThrottling": _info("L1", _W, "A GPU is slowing its clocks for thermal or power-brake reasons.",
+                           SCRAPE + GPU_DEVICE + ("reason",)),
+    # `absent(up{job})` (the job has no target at all) carries only `job`.
+    "GpuExporterDown": _info("L1", _C, "The GPU exporter cannot be scraped, GPU alerts are blind.", SCRAPE, ("job",)),
     # L2 ---------------------------------------------------------------------------------------------------
-    "TritonServerDown": AlertInfo("L2", ("critical",), "A Triton server does not answer."),
-    "TritonServerNotReady": AlertInfo("L2", ("critical",), "A Triton server is live but not ready."),
-    "TritonModelNotReady": AlertInfo("L2", ("critical",), "A model version is not READY on a Triton server."),
-    "TritonModelErrorRatioHigh": AlertInfo("L2", ("critical",), "A model fails too many inference requests."),
-    "TritonQueueTimeP95High": AlertInfo("L2", ("warning",), "Requests wait too long in a model's queue."),
-    "TritonRequestsRejected": AlertInfo("L2", ("warning",), "Triton rejects requests for a model."),
-    "TritonPendingRequestsHigh": AlertInfo("L2", ("warning",), "Too many requests are pending for a model."),
-    "TritonBatchingIneffective": AlertInfo(
-        "L2", ("warning",), "Dynamic batching forms batches far smaller than configured while requests queue."),
-    "TritonCanaryRegression": AlertInfo(
-        "L2", ("warning",), "A canary model version is worse than the version serving most traffic.",
-        ("signal",)),
-    "TritonCollectorDown": AlertInfo("L2", ("warning",), "The inferwatch Triton collector cannot be scraped."),
+    "TritonServerDown": _info("L2", _C, "A Triton server does not answer.", SCRAPE + ("triton",), ("job",)),
+    "TritonServerNotReady": _info("L2", _C, "A Triton server is live but not ready.", SCRAPE + ("triton",)),
+    "TritonModelNotReady": _info("L2", _C, "A model version is not READY on a Triton server.",
+                                 SCRAPE + MODEL_VERSION),
+    "TritonModelErrorRatioHigh": _info("L2", _C, "A model fails too many inference requests.", MODEL_VERSION),
+    "TritonDecoupledModelErrorRatioHigh": _info(
+        "L2", _C, "A streaming model fails too many requests as clients see them.",
+        ("node", "triton", "model", "source")),
+    "TritonQueueTimeP95High": _info("L2", _W, "Requests wait too long in a model's queue.", MODEL_VERSION),
+    "TritonRequestsRejected": _info("L2", _W, "Triton rejects requests for a model.", MODEL_VERSION + ("reason",)),
+    "TritonPendingRequestsHigh": _info("L2", _W, "Too many requests are pending for a model.", MODEL_VERSION),
+    "TritonBatchingIneffective": _info(
+        "L2", _W, "Dynamic batching forms batches far smaller than configured while requests queue.", MODEL_VERSION),
+    "TritonCanaryRegression": _info(
+        "L2", _W, "A canary model version is worse than the version serving most traffic.", MODEL_VERSION,
+        extra=("signal",)),
+    "TritonCollectorDown": _info("L2", _W, "The inferwatch Triton collector cannot be scraped.", SCRAPE, ("job",)),
     # L3 ---------------------------------------------------------------------------------------------------
-    "LlmTtftP95High": AlertInfo("L3", ("warning",), "Time to first token P95 is above the tier's target.", ("tier",)),
-    "LlmAvailabilityBurnRate": AlertInfo(
-        "L3", ("critical", "warning"), "The availability error budget is burning too fast.", ("window", "slo", "tier")),
-    "LlmTtftBurnRate": AlertInfo(
-        "L3", ("critical", "warning"), "The time-to-first-token error budget is burning too fast.",
-        ("window", "slo", "tier")),
-    "LlmOutputThroughputCollapse": AlertInfo(
-        "L3", ("warning",), "Output token throughput collapsed compared with the baseline."),
-    "LlmCancellationRatioHigh": AlertInfo("L3", ("warning",), "Many LLM requests are cancelled by clients."),
-    "GatewayExporterDown": AlertInfo("L3", ("warning",), "The gateway exporter cannot be scraped, LLM alerts are blind."),
+    "LlmTtftP95High": _info("L3", _W, "Time to first token P95 is above the tier's target.", TENANT_MODEL_TIER,
+                            extra=("tier",)),
+    "LlmAvailabilityBurnRate": _info(
+        "L3", ("critical", "warning"), "The availability error budget is burning too fast.", (),
+        extra=("window", "slo", "tier")),
+    "LlmTtftBurnRate": _info(
+        "L3", ("critical", "warning"), "The time-to-first-token error budget is burning too fast.", (),
+        extra=("window", "slo", "tier")),
+    "LlmOutputThroughputCollapse": _info(
+        "L3", _W, "Output token throughput collapsed compared with the baseline.", ("model", "tier")),
+    "LlmCancellationRatioHigh": _info("L3", _W, "Many LLM requests are cancelled by clients.", TENANT_MODEL_TIER),
+    "GatewayExporterDown": _info("L3", _W, "The gateway exporter cannot be scraped, LLM alerts are blind.",
+                                 SCRAPE, ("job",)),
     # Notifier self-alerts (layer L1 so they page; Alertmanager routes component=notifier around the notifier)
-    "NotifierDeliveryFailing": AlertInfo(
-        "L1", ("critical",), "The notifier fails to deliver notifications.", ("component", "signal")),
-    "NotifierDeadLetters": AlertInfo(
-        "L1", ("critical",), "The notifier gave up on notifications.", ("component",)),
-    "NotifierUnroutedAlerts": AlertInfo(
-        "L1", ("warning",), "The notifier received alerts that no route matched.", ("component",)),
-    "NotifierOutboxUnwritable": AlertInfo(
-        "L1", ("critical",), "The notifier cannot write its outbox.", ("component",)),
-    "NotifierWebhooksRefused": AlertInfo(
-        "L1", ("warning",), "The notifier refused webhooks.", ("component",)),
-    "NotifierDown": AlertInfo("L1", ("critical",), "The notifier cannot be scraped.", ("component",)),
+    "NotifierDeliveryFailing": _info(
+        "L1", _C, "The notifier fails to deliver notifications.", SCRAPE + ("channel",), ("node",),
+        extra=("component", "signal")),
+    "NotifierDeadLetters": _info(
+        "L1", _C, "The notifier gave up on notifications.", ("node", "channel", "reason"), extra=("component",)),
+    "NotifierUnroutedAlerts": _info(
+        "L1", _W, "The notifier received alerts that no route matched.", ("node",), extra=("component",)),
+    "NotifierOutboxUnwritable": _info(
+        "L1", _C, "The notifier cannot write its outbox.", SCRAPE, extra=("component",)),
+    "NotifierWebhooksRefused": _info(
+        "L1", _W, "The notifier refused webhooks.", ("node", "outcome"), extra=("component",)),
+    "NotifierDown": _info("L1", _C, "The notifier cannot be scraped.", SCRAPE, ("job",), extra=("component",)),
 }
+
+# Values of the labels alerts take from a fixed set (route matchers on them are checked by `inferwatch check`);
+# `tier`, `tenant` and `model` values come from the spec.
+FIXED_LABEL_VALUES: dict[str, tuple[str, ...]] = {
+    "alertname": tuple(ALERTS),
+    "layer": LAYERS,
+    "severity": tuple(dict.fromkeys(s for info in ALERTS.values() for s in info.severities)),
+    "component": ("notifier",),
+    "slo": ("availability", "ttft"),
+    "signal": ("error_ratio", "latency", "failure_ratio", "stuck"),
+}
+
+
+def alert_label_names() -> set[str]:
+    """Every label an alert of the registry may carry (alertname, layer and severity included)."""
+    return {"alertname", "layer", "severity"} | {label for info in ALERTS.values() for label in info.labels}
 
 
 def alerts_of_layer(layer: str) -> list[str]:

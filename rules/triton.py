@@ -1,15 +1,26 @@
 """L2 rules: Triton's own metrics (job `triton`) and the inferwatch Triton collector (job `inferwatch-triton`).
 
-Triton's latency metrics are cumulative µs counters, not histograms (REFERENCES.md): averages are
+Triton's latency metrics are cumulative µs counters, not histograms (Triton docs "Metrics"): averages are
 rate(sum_us) / rate(success); P95 comes from `nv_inference_queue_summary_us{quantile="0.95"}`, which exists only
 with `--metrics-config summary_latencies=true`, is computed per process over a sliding 60 s window and so is
 combined with `max by`, never averaged. Failures carry `reason` (REJECTED|CANCELED|BACKEND|OTHER, Triton ≥ 24.07).
+
+Ensembles, BLS and decoupled models are counted as clients see them (the collector labels them from each
+model's configuration: `inferwatch_triton_model_step_info`, `inferwatch_triton_model_decoupled`):
+- a step of an ensemble (or of a BLS model) is its parent's work, not traffic: request and error figures are
+  per entry point, a step shows as executions per parent request (a per-token postprocessing step: ~ the
+  output length), and no error-ratio alert judges a step;
+- a decoupled model's request duration is the execute call, not what a client waits for, so no average
+  request time is recorded for it (its latency comes from the gateway's TTFT);
+- Triton counts a decoupled model's request as a success when the model sends an error mid-stream or the
+  client cancels, so where the gateway meters a decoupled entry point its error ratio comes from the gateway.
 """
 
 from __future__ import annotations
 
-from inferwatch.rules.builders import (MODEL_VERSION, by, exporter_down, num, over_threshold_by_model,
+from inferwatch.rules.builders import (MODEL_VERSION, by, exporter_down, num, over_threshold_by_model, ratio,
                                        with_min_rate)
+from inferwatch.rules.llm import ERRORS as GATEWAY_ERROR_OUTCOMES
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.spec import Spec
 
@@ -25,11 +36,57 @@ QUEUE_AVG = "model_version:nv_inference_queue_duration:avg_seconds"
 COMPUTE_AVG = "model_version:nv_inference_compute_duration:avg_seconds"
 QUEUE_P95 = "model_version:nv_inference_queue_duration:p95_seconds"
 BATCH_AVG = "model_version:nv_inference_batch_size:avg"
+ENTRY_REQUESTS = "model:nv_inference_entry_point_requests:rate"
+ENTRY_ERROR_RATIO = "model:nv_inference_entry_point_error:ratio"
+STEP_PER_REQUEST = "parent_model:nv_inference_step_requests:per_parent_request"
+GATEWAY_REQUESTS = "model:gateway_requests:rate"
+GATEWAY_ERRORS = "model:gateway_requests_errors:ratio"
+GATEWAY_CANCELLED = "model:gateway_requests_cancelled:ratio"
 MODEL = "{{ $labels.model }} version {{ $labels.version }} on {{ $labels.triton }} (node {{ $labels.node }})"
+# Models that run as a step of an ensemble or BLS model, and decoupled models (from the collector).
+STEPS = "max by (triton, model) (inferwatch_triton_model_step_info)"
+DECOUPLED = "max by (triton, model) (inferwatch_triton_model_decoupled) == 1"
+# Decoupled models whose errors the gateway sees: their error ratio is taken from the gateway.
+DECOUPLED_AT_GATEWAY = f"(\n  {DECOUPLED}\n  and on (model)\n  {GATEWAY_ERRORS}\n)"
 
 
 def _rate(metric: str, window: str, keep: str = MV) -> str:
     return f"sum by ({keep}) (rate({metric}[{window}]))"
+
+
+def _gateway_ratio(outcomes: str, window: str) -> str:
+    # Without any series of those outcomes the numerator is empty: `or 0 * requests` makes the ratio 0; the
+    # `> 0` guard records nothing (not NaN) for a model without requests in the window.
+    return (f"(\n  sum by (model) (rate(gateway_requests_total{{{outcomes}}}[{window}]))\n"
+            f"  or\n  0 * {GATEWAY_REQUESTS}\n)\n/\n({GATEWAY_REQUESTS} > 0)")
+
+
+def ensemble_rules(window: str) -> list[Recording]:
+    """Entry points, steps per parent request, and the gateway's per-model view of errors (see module doc)."""
+    entry_mv = "node, triton, model"
+    return [
+        Recording(ENTRY_REQUESTS, f"sum by ({entry_mv}) ({REQUESTS})\nunless on (triton, model)\n{STEPS}"),
+        Recording(GATEWAY_REQUESTS, f"sum by (model) (rate(gateway_requests_total[{window}]))"),
+        Recording(GATEWAY_ERRORS, _gateway_ratio(GATEWAY_ERROR_OUTCOMES, window)),
+        Recording(GATEWAY_CANCELLED, _gateway_ratio('outcome="cancelled"', window)),
+        # Decoupled entry points the gateway meters: errors as clients saw them (mid-stream errors included).
+        Recording(ENTRY_ERROR_RATIO,
+                  f"(\n  max by ({entry_mv}) (inferwatch_triton_model_decoupled == 1) * 0\n"
+                  f"  unless on (triton, model)\n  {STEPS}\n)\n+ on (model) group_left ()\n{GATEWAY_ERRORS}",
+                  {"source": "gateway"}),
+        # Every other entry point: Triton's own failures over all versions.
+        Recording(ENTRY_ERROR_RATIO,
+                  f"(\n  sum by ({entry_mv}) ({FAILURE})\n  / on ({entry_mv})\n  ({ENTRY_REQUESTS} > 0)\n)\n"
+                  f"unless on (triton, model)\n{DECOUPLED_AT_GATEWAY}",
+                  {"source": "triton"}),
+        # A step's executions per request to its parent (postprocessing per streamed token: the output
+        # length). A step whose counters stay 0 (some decoupled LLM backends report none) records nothing.
+        Recording(STEP_PER_REQUEST,
+                  f"(\n  max by (triton, model, parent) (inferwatch_triton_model_step_info)\n"
+                  f"  * on (triton, model) group_left (node)\n  (sum by ({entry_mv}) ({REQUESTS}) > 0)\n)\n"
+                  f"/ on (triton, parent) group_left ()\n"
+                  f'label_replace(sum by ({entry_mv}) ({REQUESTS}) > 0, "parent", "$1", "model", "(.+)")'),
+    ]
 
 
 def recording_rules(window: str) -> list[Recording]:
@@ -39,17 +96,21 @@ def recording_rules(window: str) -> list[Recording]:
         Recording(SUCCESS, _rate("nv_inference_request_success", window)),
         Recording(FAILURE, _rate("nv_inference_request_failure", window, MV + ", reason")),
         Recording(REQUESTS, f"{SUCCESS}\n+ on ({MV})\nsum by ({MV}) ({FAILURE})"),
-        Recording(ERROR_RATIO, f"sum by ({MV}) ({FAILURE})\n/ on ({MV})\n{REQUESTS}"),
-        Recording(REQUEST_AVG, f"{_rate('nv_inference_request_duration_us', window)} / 1e6\n/ on ({MV})\n{SUCCESS}"),
-        Recording(QUEUE_AVG, f"{_rate('nv_inference_queue_duration_us', window)} / 1e6\n/ on ({MV})\n{SUCCESS}"),
-        Recording(COMPUTE_AVG, f"sum by ({MV}) (\n{compute}\n) / 1e6\n/ on ({MV})\n{SUCCESS}"),
+        # Ratios and means record nothing for a window without requests (0/0 would record NaN).
+        Recording(ERROR_RATIO, ratio(f"sum by ({MV}) ({FAILURE})", REQUESTS, MODEL_VERSION)),
+        # Not for decoupled models: their request duration is the execute call, not the stream a client waits for.
+        Recording(REQUEST_AVG, ratio(f"{_rate('nv_inference_request_duration_us', window)} / 1e6", SUCCESS,
+                                     MODEL_VERSION) + f"\nunless on (triton, model)\n{DECOUPLED}"),
+        Recording(QUEUE_AVG, ratio(f"{_rate('nv_inference_queue_duration_us', window)} / 1e6", SUCCESS,
+                                   MODEL_VERSION)),
+        Recording(COMPUTE_AVG, ratio(f"sum by ({MV}) (\n{compute}\n) / 1e6", SUCCESS, MODEL_VERSION)),
         # A summary with no observation in its 60 s window reports NaN; `>= 0` drops NaN so the average
         # takes over, exactly as it does where summaries are off.
         Recording(QUEUE_P95, f'(max by ({MV}) (nv_inference_queue_summary_us{{quantile="0.95"}}) / 1e6) >= 0\n'
                              f"or\n{QUEUE_AVG}"),
-        Recording(BATCH_AVG, f"{_rate('nv_inference_count', window)}\n/ on ({MV})\n"
-                             f"{_rate('nv_inference_exec_count', window)}"),
-    ]
+        Recording(BATCH_AVG, ratio(_rate("nv_inference_count", window), _rate("nv_inference_exec_count", window),
+                                   MODEL_VERSION)),
+    ] + ensemble_rules(window)
 
 
 def _overrides(spec: Spec, field: str) -> dict[str, float]:
@@ -89,13 +150,26 @@ def groups(spec: Spec) -> list[Group]:
               f"Model {MODEL} is not READY"
               f'{{{{ with printf "inferwatch_triton_model_state{{triton=%q,model=%q,version=%q}} == 1" '
               f"$labels.triton $labels.model $labels.version | query }}}}"
-              f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}: its requests fail."),
+              f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}"
+              f'{{{{ with printf "inferwatch_triton_model_step_info{{triton=%q,model=%q}}" '
+              f"$labels.triton $labels.model | query }}}}{{{{ range . }}}}, a step of {{{{ .Labels.kind }}}} "
+              f"{{{{ .Labels.parent }}}}{{{{ end }}}}{{{{ end }}}}: its requests fail."),
         Alert("TritonModelErrorRatioHigh",
               with_min_rate(over_threshold_by_model(ERROR_RATIO, l2.error_ratio, _overrides(spec, "error_ratio")),
-                            REQUESTS, l2.min_request_rate, MODEL_VERSION),
+                            REQUESTS, l2.min_request_rate, MODEL_VERSION)
+              + f"\nunless on (triton, model)\n{STEPS}\nunless on (triton, model)\n{DECOUPLED_AT_GATEWAY}",
               l2.for_, "critical",
               f"Model {MODEL} fails {{{{ $value | humanizePercentage }}}} of its requests over {window} "
               f"(failures by reason: {reasons})."),
+        Alert("TritonDecoupledModelErrorRatioHigh",
+              with_min_rate(over_threshold_by_model(
+                  lambda m: f'{ENTRY_ERROR_RATIO}{{source="gateway"{", " + m[1:-1] if m else ""}}}',
+                  l2.error_ratio, _overrides(spec, "error_ratio")), GATEWAY_REQUESTS, l2.min_request_rate, ("model",)),
+              l2.for_, "critical",
+              f"Streaming (decoupled) model {{{{ $labels.model }}}} on {{{{ $labels.triton }}}} (node "
+              f"{{{{ $labels.node }}}}) fails {{{{ $value | humanizePercentage }}}} of its requests as clients see "
+              f"them at the gateway over {window}; Triton counts errors sent mid-stream as successes, so its own "
+              f"error ratio cannot show them."),
         Alert("TritonQueueTimeP95High",
               with_min_rate(over_threshold_by_model(QUEUE_P95, l2.queue_p95_seconds,
                                                     _overrides(spec, "queue_p95_seconds")),

@@ -6,6 +6,8 @@ A missing binary fails the test with the command that installs it (never a silen
 from __future__ import annotations
 
 import contextlib
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,28 @@ from inferwatch.testing.prometheus import start_prometheus
 from inferwatch.testing.triton import EXAMPLE_MODEL_REPOSITORY, start_triton
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Folders beside the checkout (its parent's other children) exist on the developer's machine only: a test
+# that opens a file there passes here and fails in every other checkout, so such an open fails at once.
+# The interpreter, the temporary folder and the user's dot-folders (caches) are the machine's, not notes.
+_MACHINE = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                    tempfile.gettempdir()}) + (str(Path.home()) + "/.",)
+
+
+def _refuse_paths_beside_the_checkout(event: str, args: tuple) -> None:
+    if event != "open" or not isinstance(args[0], (str, Path)):
+        return
+    path = Path(args[0])
+    if not path.is_absolute():
+        return
+    resolved = str(path.resolve())
+    parent = str(REPO_ROOT.parent) + "/"
+    if (resolved.startswith(parent) and not resolved.startswith(str(REPO_ROOT) + "/")
+            and not resolved.startswith(_MACHINE)):
+        raise PermissionError(f"a test opened {resolved}, outside the repository {REPO_ROOT}; put what it needs "
+                              f"under tests/fixtures/")
+
+
+sys.addaudithook(_refuse_paths_beside_the_checkout)
 
 
 def _start(fn, *args, **kwargs):

@@ -60,7 +60,9 @@ class RunningProxy:
         self._stop = self._lt.run(_make_event())
         ready = concurrent.futures.Future()
         self._task = asyncio.run_coroutine_threadsafe(
-            serve(self.proxy, "127.0.0.1", *ports, stop=self._stop,
+            # In place: this test process's own thread reads the registry too (value()), which a forked render
+            # must not meet mid-read; GatewayProcess tests cover the forked render of the CLI.
+            serve(self.proxy, "127.0.0.1", *ports, stop=self._stop, forked_metrics=False,
                   on_ready=lambda port, metrics_port: ready.set_result((port, metrics_port))), self._lt.loop)
         self.port, self.metrics_port = _wait_ready(ready, self._task, "proxy listening", self._lt)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -181,17 +183,201 @@ class OpenAIUpstream:
             return web.json_response(self.non_stream_body)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for item in self.script:
-            if isinstance(item, tuple) and item[0] == "sleep":
-                await asyncio.sleep(item[1])
-            elif isinstance(item, tuple) and item[0] == "cut":
-                request.transport.close()
-                return resp
-            else:
-                await resp.write(item)
-        await resp.write_eof()
+        await play(request, resp, self.script, time.monotonic())
         return resp
 
     def stop(self):
         self._lt.run(self._runner.cleanup())
         self._lt.close()
+
+
+# --------------------------------------------------------------------- the real gateway process (CLI)
+class GatewayProcess:
+    """`inferwatch -v exporter gateway` as a child process (the real CLI, uvloop and all) in front of
+    `upstream`, with `spec` (a dict) written to a file, a usage log, and all its output in one log file."""
+
+    def __init__(self, upstream: str, spec: dict, workdir, verbose: bool = True):
+        import sys
+
+        import yaml
+
+        from inferwatch.testing.process import ManagedProcess, free_port, http_ok
+
+        self.workdir = workdir
+        spec_path = workdir / "gateway.yaml"
+        spec_path.write_text(yaml.safe_dump(spec))
+        self.usage_path = workdir / "usage.jsonl"
+        self.log_path = workdir / "gateway.log"
+        self.port, self.metrics_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        argv = [sys.executable, "-m", "inferwatch.cli"] + (["-v"] if verbose else []) + [
+            "exporter", "gateway", "--upstream", upstream, "--port", str(self.port),
+            "--metrics-port", str(self.metrics_port), "--spec", str(spec_path), "--usage-log", str(self.usage_path)]
+        self.process = ManagedProcess("gateway", argv, self.log_path, ready=lambda: http_ok(self.metrics_url))
+        self.process.start(timeout=60)
+        self.pid = self.process.proc.pid
+
+    def samples(self) -> list:
+        """Every sample /metrics exposes now (prometheus_client's own parser)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = requests_get(self.metrics_url).text
+        return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+    def value(self, name: str, **labels) -> float | None:
+        """The sample's value, or None when /metrics has no such sample (absent is not 0)."""
+        for s in self.samples():
+            if s.name == name and s.labels == labels:
+                return s.value
+        return None
+
+    def usages(self, **match) -> list[dict]:
+        """Usage-log records whose fields equal `match`."""
+        if not self.usage_path.exists():
+            return []
+        rows = [json.loads(line) for line in self.usage_path.read_text().splitlines() if line.strip()]
+        return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+    def wait_usage(self, **match) -> dict:
+        """The one usage record matching `match`, once the gateway has written it."""
+        wait_until(lambda: len(self.usages(**match)) >= 1, what=f"usage record {match}")
+        found = self.usages(**match)
+        assert len(found) == 1, found
+        return found[0]
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def memory_kib(self) -> dict[str, int]:
+        """VmRSS (now) and VmHWM (peak resident set) of the gateway process, in KiB (Linux /proc)."""
+        out = {}
+        for line in open(f"/proc/{self.pid}/status"):
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0])
+        return out
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def requests_get(url: str, **kw):
+    import requests
+
+    return requests.get(url, timeout=10, **kw)
+
+
+# ------------------------------------------------------------------------ a scripted local upstream
+class ScriptedUpstream:
+    """An HTTP upstream that answers any path with a script chosen by the request's `X-Script` header.
+
+    A script is `Script(status, headers, items)`; items are bytes (written and flushed one by one),
+    ("at", s) (wait until s seconds after the request arrived), ("cut",) (drop the connection without
+    ending the body) and ("bulk", n, piece) (write `piece` until n bytes have gone, as fast as the
+    reader takes them). Each request's method, raw path and headers are kept in `received`.
+    """
+
+    def __init__(self):
+        self.scripts: dict[str, Script] = {}
+        self.received: list[dict] = []
+        self._lt = LoopThread()
+        self._runner = self._lt.run(self._start())
+        self.port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def _start(self):
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return runner
+
+    async def _handle(self, request: web.Request):
+        t0 = time.monotonic()
+        await request.read()
+        self.received.append({"method": request.method, "raw_path": request.raw_path,
+                              "headers": dict(request.headers)})
+        script = self.scripts.get(request.headers.get("X-Script", ""))
+        if script is None:
+            return web.Response(status=404, text="no script")
+        if script.delay:
+            await asyncio.sleep(script.delay)
+        resp = web.StreamResponse(status=script.status, headers=script.headers)
+        if script.length is not None:
+            resp.content_length = script.length
+        await resp.prepare(request)
+        await play(request, resp, script.items, t0)
+        return resp
+
+    def stop(self):
+        self._lt.run(self._runner.cleanup())
+        self._lt.close()
+
+
+async def play(request: web.Request, resp: web.StreamResponse, items, t0: float) -> None:
+    """Write a script's items (see ScriptedUpstream; ("sleep", s) waits s seconds) and end the body, or cut
+    the connection at ("cut",)."""
+    for item in items:
+        if isinstance(item, tuple) and item[0] == "at":
+            delay = t0 + item[1] - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        elif isinstance(item, tuple) and item[0] == "sleep":
+            await asyncio.sleep(item[1])
+        elif isinstance(item, tuple) and item[0] == "cut":
+            request.transport.close()
+            return
+        elif isinstance(item, tuple) and item[0] == "bulk":
+            left, piece = item[1], item[2]
+            while left > 0:
+                part = piece[:left]
+                await resp.write(part)
+                left -= len(part)
+        else:
+            await resp.write(item)
+    await resp.write_eof()
+
+
+class Script:
+    """What the upstream answers: `status`, headers, body `items` (see ScriptedUpstream); `length` sets
+    Content-Length (else the body is chunked); `delay` seconds pass before the status line is sent."""
+
+    def __init__(self, items, status: int = 200, content_type: str = "text/event-stream",
+                 headers: dict | None = None, length: int | None = None, delay: float = 0.0):
+        self.items = list(items)
+        self.delay = delay
+        self.status = status
+        self.headers = {"Content-Type": content_type, **(headers or {})}
+        self.length = length
+
+    def body(self) -> bytes:
+        """The bytes the script writes (what the client must receive unchanged)."""
+        return b"".join(i for i in self.items if isinstance(i, bytes))
+
+
+def through(gw: GatewayProcess, row: str, path: str, body: dict, headers: dict | None = None):
+    """POST `body` to `path` through the gateway process as tenant `row` with script `row`.
+
+    Returns (status, response headers, raw body bytes as received, or None when the stream was cut)."""
+    import requests
+    import urllib3
+
+    hdrs = {"X-Tenant-ID": row, "X-Script": row, **(headers or {})}
+    with requests.post(gw.url + path, json=body, headers=hdrs, stream=True, timeout=30) as resp:
+        try:
+            raw = resp.raw.read(decode_content=False)
+        except (urllib3.exceptions.ProtocolError, requests.exceptions.ChunkedEncodingError):
+            raw = None
+        return resp.status_code, resp.headers, raw
+
+
+def chunk(delta: dict | None = None, finish=None, index: int = 0, text=None, **extra) -> bytes:
+    """One OpenAI-format chunk's JSON (no framing): chat `delta`, or completions `text`."""
+    choice = {"index": index, "finish_reason": finish}
+    if text is not None:
+        choice["text"] = text
+    else:
+        choice["delta"] = delta or {}
+    return json.dumps({"object": "chat.completion.chunk", "choices": [choice], **extra}).encode()

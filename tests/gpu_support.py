@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -36,3 +37,11 @@ def samples(text: str, name: str | None = None) -> list:
 def by_gpu(text: str, name: str) -> dict[str, float]:
     """{gpu label: value} of the whole-GPU series (MIG instance series left out)."""
     return {s.labels["gpu"]: s.value for s in samples(text, name) if "GPU_I_ID" not in s.labels}
+
+
+def wait_until(predicate, what: str, limit_s: float = 20.0) -> None:
+    """Poll a condition a background thread makes true (a bound on waiting, not a timed assertion)."""
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)

@@ -14,7 +14,12 @@ import requests
 
 from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.testing.process import free_port, http_ok
+import pytest
+
+from inferwatch.notifier.channels import build_channel
+from inferwatch.notifier.model import Notification, message_from_dict
 from inferwatch.spec import spec_from_dict
+from inferwatch.testing.channels import ProviderSimulators, Received
 
 FIXTURE = Path(__file__).parent / "fixtures" / "alertmanager-0.25-webhook-truncated.json"
 TOKEN = "test-notifier-token-7f3a9c"
@@ -120,3 +125,58 @@ def metric(url: str, series: str) -> float:
         if line.startswith(series + " "):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no series {series}")
+# -------------------------------------------------- channel classes against shared simulators (import both)
+def simulators():
+    """Body of a module's `sims` fixture: provider simulators its tests share (import `reset_sims` too)."""
+    with ProviderSimulators() as s:
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def reset_sims(request):
+    """Each test that uses `sims` starts with every simulator in mode "ok" and at its documented limits."""
+    if "sims" not in request.fixturenames:
+        yield
+        return
+    s = request.getfixturevalue("sims")
+    s.reset()
+    yield
+    s.reset()
+
+
+PROVIDER_OF = {"phone": "pagerduty", "call": "voice", "oncall-slack": "slack", "llm-wecom": "wecom"}
+
+
+def send_via(sims: ProviderSimulators, channel: str, body: dict, **notification) -> Received:
+    """Send `body` through the spec channel `channel` (make_spec's names); what its provider accepted."""
+    spec = make_spec(sims)
+    result = build_channel(channel, spec.channels[channel]).send(
+        Notification(channel=channel, groups=[message_from_dict(body)], **notification))
+    assert result.ok, result
+    return getattr(sims, PROVIDER_OF[channel]).received[-1]
+
+
+@contextlib.contextmanager
+def notifier_behind_alertmanager(tmp_path: Path, grouping: dict[str, list[str]]):
+    """Yield (sims, notifier service, spec data) with the notifier on the simulators and the spec data set up so
+    its generated Alertmanager config posts to that notifier, with the secret files written and groups
+    flushed within seconds (`grouping`: layer -> group_by)."""
+    from inferwatch.notifier.service import NotifierService
+
+    sims = ProviderSimulators().start()
+    svc = None
+    try:
+        data = spec_data(sims)
+        svc = NotifierService(spec_from_dict(data), tmp_path / "data", port=0).start()
+        (tmp_path / "token").write_text(TOKEN + "\n")
+        (tmp_path / "pdkey").write_text(sims.pagerduty.routing_key + "\n")
+        fast = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h"}
+        data["targets"] = {"notifier": svc.url}
+        data["notifier"].update(token_file=str(tmp_path / "token"), fallback_routing_key_file=str(tmp_path / "pdkey"),
+                                fallback_pagerduty_url=sims.pagerduty_url,
+                                grouping={layer: {"group_by": list(by), **fast} for layer, by in grouping.items()})
+        yield sims, svc, data
+    finally:
+        if svc:
+            svc.stop()
+        sims.stop()

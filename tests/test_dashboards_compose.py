@@ -38,13 +38,68 @@ def compose():
     return cli
 
 
-@pytest.mark.parametrize("files", FILES, ids=["base", "gpu-override"])
-def test_compose_config_is_valid(compose, files):
+SECRETS = ("notifier-token", "pagerduty-fallback-key", "grafana-admin-password")
+
+
+def _config(compose, files, tmp_path, **env) -> dict:
+    """`compose config` with the secrets in a folder outside the repository (as a user keeps them)."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(exist_ok=True)
+    for name in SECRETS:
+        (secrets / name).write_text(f"test-{name}\n")
     result = subprocess.run(compose + files + ["config"], cwd=ROOT, capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin:/usr/local/bin"})
+                            env={"PATH": "/usr/bin:/bin:/usr/local/bin", "INFERWATCH_SECRETS": str(secrets), **env})
     assert result.returncode == 0, result.stderr
-    config = yaml.safe_load(result.stdout)
+    return yaml.safe_load(result.stdout)
+
+
+def _published(service: dict) -> list[tuple[str, str]]:
+    """(host address, published port) per port: docker-compose 1.x prints 'ip:port:port/tcp', Compose v2 a map."""
+    out = []
+    for port in service.get("ports", []):
+        if isinstance(port, dict):
+            out.append((port.get("host_ip", "0.0.0.0"), str(port["published"])))
+        else:
+            parts = str(port).split("/")[0].split(":")
+            out.append((parts[0] if len(parts) == 3 else "0.0.0.0", parts[-2] if len(parts) > 1 else parts[0]))
+    return out
+
+
+@pytest.mark.parametrize("files", FILES, ids=["base", "gpu-override"])
+def test_compose_config_is_valid(compose, files, tmp_path):
+    config = _config(compose, files, tmp_path)
     assert set(SERVICES) <= set(config["services"])
+    secrets = {name: Path(entry["file"]) for name, entry in config["secrets"].items()}
+    assert set(secrets) == set(SECRETS)
+    assert all(path.parent == tmp_path / "secrets" for path in secrets.values())
+
+
+@pytest.mark.parametrize("bind,expected", [(None, "127.0.0.1"), ("0.0.0.0", "0.0.0.0"), ("10.1.2.3", "10.1.2.3")],
+                         ids=["default-loopback", "all-interfaces", "one-address"])
+def test_compose_publishes_on_loopback_unless_told(compose, tmp_path, bind, expected):
+    config = _config(compose, FILES[0], tmp_path, **({"INFERWATCH_BIND": bind} if bind else {}))
+    seen = {}
+    for name, service in config["services"].items():
+        for host, port in _published(service):
+            seen[(name, port)] = host
+    assert ("gpu-exporter", "9400") in seen and len(seen) >= len(SERVICES)
+    for (name, port), host in seen.items():
+        # The GPU exporter also serves the simulator's unauthenticated POST /sim/events: loopback always.
+        assert host == ("127.0.0.1" if name == "gpu-exporter" else expected), (name, port, host)
+
+
+def test_no_secret_is_committed():
+    tracked = subprocess.run(["git", "ls-files", "deploy/compose"], cwd=ROOT, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert not [f for f in tracked.stdout.split() if "/secrets/" in f]
+    ignored = subprocess.run(["git", "check-ignore", "-q", "deploy/compose/secrets/notifier-token"], cwd=ROOT)
+    assert ignored.returncode == 0, "deploy/compose/secrets/ must be git-ignored"
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for name, entry in compose["secrets"].items():
+        assert entry["file"].startswith("${INFERWATCH_SECRETS:-./deploy/compose/secrets}/"), name
+    grafana = compose["services"]["grafana"]["environment"]
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in grafana and grafana["GF_SECURITY_ADMIN_PASSWORD__FILE"]
 
 
 def test_compose_mounts_exist_and_ports_match_compose_generator():

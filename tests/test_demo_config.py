@@ -64,3 +64,87 @@ def test_bounds_add_up_the_spec_delays():
     # L1: 6s ramp instead of a window, 2s group_wait
     assert b.fire["L1"] == 6 + 10 + 8 + 2 + 4 + MARGIN_S
     assert b.resolve["L3"] == 20 + 8 + 10 + MARGIN_S
+
+
+# ------------------------------------------------------------------------------ what the demo prints (fast)
+def _reporter(width: int = 100):
+    import io
+
+    from rich.console import Console
+
+    from inferwatch.demo.report import Reporter
+
+    out = io.StringIO()
+    return Reporter(Console(file=out, width=width, highlight=False)), out
+
+
+def test_triage_and_titles_are_wrapped_whole_words_not_cut():
+    from inferwatch.demo.observe import Delivery
+    from inferwatch.demo.scenario import Event
+
+    reporter, out = _reporter(100)
+    reporter.t0 = 0.0
+    triage = ("likely cause: slow-after-scheduling (L2): Triton schedules requests at once (queue 1 ms, 0 pending) "
+              "yet the first token takes 1.97 s at P95: the time goes after scheduling - model prefill or the path "
+              "between gateway and Triton.")
+    d = Delivery(12.0, "wecom", "llm-owners-wecom", "firing", ("LlmTtftP95High",),
+                 "[FIRING:1] LlmTtftP95High toy_llm acme realtime warning", "https://runbooks/LlmTtftP95High.md", triage)
+    reporter.event(Event(12.0, "delivered", d.title, delivery=d, after_s=18.1))
+    text = out.getvalue()
+    assert " ".join(text.split()).endswith(" ".join(("triage: " + triage).split()))  # every word, in order
+    assert all(len(line) <= 100 for line in text.splitlines())
+    words = set(triage.split())
+    for line in text.splitlines():
+        if "triage:" in line or line.startswith(" " * 27):
+            assert all(w in words or w == "triage:" for w in line.split()), line  # no word broken in two
+
+
+def test_summary_names_each_tenants_message_and_resolution():
+    from inferwatch.demo.faults import Fault
+    from inferwatch.demo.observe import Delivery
+    from inferwatch.demo.scenario import Bounds, FaultOutcome, ScenarioResult
+
+    reporter, out = _reporter(160)
+
+    def msg(at, status, group):
+        return Delivery(at, "wecom", "llm-owners-wecom", status, ("LlmTtftP95High",),
+                        f"[{status.upper()}:1] LlmTtftP95High {group}", group=group)
+
+    acme, globex = "toy_llm acme realtime warning", "toy_llm globex realtime warning"
+    o = FaultOutcome(Fault("ttft", "slow first tokens", "L3", "LlmTtftP95High", ""), ["llm-owners-wecom"],
+                     injected_at=100.0, removed_at=200.0, fired_at=114.0)
+    o.groups = {acme: msg(118.1, "firing", acme), globex: msg(121.1, "firing", globex)}
+    o.delivered = o.groups[acme]
+    o.group_resolutions = {acme: msg(225.4, "resolved", acme)}  # globex's resolution has not come
+    o.resolved = o.group_resolutions[acme]
+    result = ScenarioResult(0.0, 100.0, 200.0, 240.0, [], [o], [], Bounds({}, {}), 0)
+    reporter.summary(result)
+    text = out.getvalue()
+    assert "acme 18.1 s" in text and "globex 21.1 s" in text
+    assert "acme 25.4 s" in text and "globex —" in text
+
+
+def test_events_are_reported_in_time_order():
+    from inferwatch.demo.scenario import Event, ScenarioRunner
+
+    seen = []
+    runner = ScenarioRunner.__new__(ScenarioRunner)  # only the event buffer is exercised
+    runner.events, runner._pending, runner.on_event = [], [], seen.append
+    for at, kind in ((88.0, "firing"), (87.4, "delivered"), (90.0, "phase"), (86.0, "cleared")):
+        runner._emit(Event(at, kind, kind))
+    runner._flush(89.0)
+    assert [e.at for e in seen] == [86.0, 87.4, 88.0]
+    runner._emit(Event(89.5, "resolved", "late"))
+    runner._flush()
+    assert [e.at for e in seen] == [86.0, 87.4, 88.0, 89.5, 90.0] and runner.events == seen
+
+
+def test_demo_routes_send_an_l1_warning_to_chat_not_the_phone():
+    from inferwatch.demo.scenario import expected_channels
+    from inferwatch.notifier.routing import Router
+
+    router = Router(load_spec(DEMO_SPEC))
+    assert expected_channels(router, "GpuThrottling") == ["oncall-slack"]
+    assert expected_channels(router, "GpuTemperatureCritical") == ["phone"]
+    assert expected_channels(router, "TritonModelErrorRatioHigh") == ["oncall-slack"]
+    assert expected_channels(router, "LlmTtftP95High") == ["llm-owners-wecom"]

@@ -1,4 +1,4 @@
-"""Gateway proxy in front of the real Triton serving `toy_llm` (issue 5 "Done when")."""
+"""Gateway proxy in front of the real Triton serving `toy_llm`: streams metered as Triton writes them."""
 
 from __future__ import annotations
 
@@ -143,7 +143,8 @@ def test_non_streamed_generate_carries_x_token_used(proxy, triton):
     direct = requests.post(triton.url + "/v2/models/toy_llm/generate", json=body, timeout=10)
     resp = requests.post(proxy.url + "/v2/models/toy_llm/generate", json=body, headers=ACME, timeout=10)
     assert resp.status_code == 200 and resp.content == direct.content
-    assert resp.headers["X-Token-Used"] == "1" and resp.headers["X-Token-Used-Output"] == "1"
+    assert resp.headers["X-Token-Used-Output"] == "1"
+    assert "X-Token-Used" not in resp.headers  # toy_llm reports no input count: the total is unknown
     # Triton answers 200 with an error body when a decoupled model sends several responses to /generate.
     bad = requests.post(proxy.url + "/v2/models/toy_llm/generate", json={**body, "max_tokens": 3},
                         headers=ACME, timeout=10)

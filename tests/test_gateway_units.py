@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import zlib
 
+import brotli
 import pytest
 
 from gateway_support import chat_chunk, make_spec, usage_chunk, DONE
 from inferwatch.exporters.gateway import Gateway, GatewayMiddleware
 from inferwatch.exporters.gateway.meter import RequestMeter
+from inferwatch.exporters.gateway.decoding import TooLarge, Undecodable, decoder_for
 from inferwatch.exporters.gateway.metrics import (DURATION_BUCKETS, ITL_BUCKETS, OUTPUT_TOKENS_BUCKETS,
                                                   TOKENS_PER_SECOND_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS,
-                                                  GatewayMetrics)
+                                                  GatewayMetrics, code_label)
 from inferwatch.exporters.gateway.protocols import _int_after
-from inferwatch.exporters.gateway.sse import SseSplitter
+from inferwatch.exporters.gateway.routes import Classifier
+from inferwatch.exporters.gateway.sse import ErrorEvent, EventTooLarge, SseSplitter
+
+if sys.version_info >= (3, 14):
+    from compression.zstd import ZstdCompressor
+else:
+    from backports.zstd import ZstdCompressor
 
 LABELS = {"tenant": "acme", "model": "toy_llm", "tier": "realtime"}
 
@@ -138,3 +148,98 @@ def test_asgi_middleware_meters_with_the_same_definitions():
     # Other paths are not metered.
     _call(GatewayMiddleware(_asgi_app(script), gateway), path="/v1/models")
     assert reg.get_sample_value("gateway_requests_total", {**labels, "code": "200", "outcome": "ok"}) == 1
+
+
+# ------------------------------------------------------------------ SSE line ends (WHATWG HTML §9.2)
+@pytest.mark.parametrize("reads, events", [
+    ([b"data: a\r\r"], [b"a"]),                                   # lone CR line ends, released at once
+    ([b"data: a\r", b"\r"], [b"a"]),                              # the blank line's CR in the next read
+    ([b"data: a\r\n\r", b"\ndata: b\r\n\r\n"], [b"a", b"b"]),      # CRLF split: the LF is skipped
+    ([b"data: a\n", b"\n"], [b"a"]),
+    ([b"\xef\xbb\xbfdata: a\n\n"], [b"a"]),                        # leading BOM ignored
+    ([b"data:a\r\ndata: b\r\n\r\n"], [b"a\nb"]),                   # no space after the colon; two data lines
+    ([b"data\n\n"], [b""]),                                       # a field name alone: empty data
+    ([b"event: ping\n\n", b"id: 3\n\n"], []),                     # no data: not dispatched
+    ([b"data: a\n"], []),                                         # unfinished at the end: discarded
+])
+def test_sse_line_ends_of_the_specification(reads, events):
+    s = SseSplitter()
+    got = [e for r in reads for e in s.feed(r)]
+    assert got == events
+
+
+def test_sse_error_event_and_size_limit():
+    s = SseSplitter(limit=16)
+    (err,) = s.feed(b"event: error\ndata: {}\n\n")
+    assert isinstance(err, ErrorEvent) and err == b"{}"
+    with pytest.raises(EventTooLarge):
+        s.feed(b"data: " + b"x" * 32)
+    assert s.feed(b"data: ok\n\n") == [b"ok"]  # the next event is read again
+
+
+# ------------------------------------------------------------------------ Content-Encoding decoders
+def _gzip(data: bytes) -> bytes:
+    c = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    return c.compress(data) + c.flush()
+
+
+@pytest.mark.parametrize("encoding, body", [
+    ("gzip", _gzip(b"ab") + _gzip(b"cd")),                                   # two gzip members
+    ("x-gzip", _gzip(b"abcd")),
+    ("deflate", zlib.compress(b"abcd")),                                     # zlib format (RFC 9110)
+    ("deflate", zlib.compress(b"abcd", wbits=-zlib.MAX_WBITS)),              # raw DEFLATE, seen in the wild
+    ("br", brotli.compress(b"abcd")),
+    ("zstd", ZstdCompressor().compress(b"ab", ZstdCompressor.FLUSH_FRAME)
+     + ZstdCompressor().compress(b"cd", ZstdCompressor.FLUSH_FRAME)),        # two zstd frames
+    ("identity", b"abcd"),
+    ("gzip, br", brotli.compress(_gzip(b"abcd"))),
+])
+def test_decoders_undo_each_encoding_byte_by_byte(encoding, body):
+    decoder = decoder_for(encoding)
+    if decoder is None:
+        assert body == b"abcd"
+        return
+    assert b"".join(decoder.feed(body[i:i + 1], 1024) for i in range(len(body))) == b"abcd"
+
+
+def test_decoders_bound_output_and_name_what_they_cannot_decode():
+    bomb = _gzip(b"\0" * 10_000_000)  # ~10 KB that expands a thousandfold
+    for encoding, data in (("gzip", bomb), ("br", brotli.compress(b"\0" * 10_000_000)),
+                           ("zstd", ZstdCompressor().compress(b"\0" * 10_000_000, ZstdCompressor.FLUSH_FRAME))):
+        with pytest.raises(TooLarge):
+            decoder_for(encoding).feed(data, 1 << 20)
+    with pytest.raises(Undecodable, match="'compress'"):
+        decoder_for("compress")
+    with pytest.raises(Undecodable):
+        decoder_for("gzip").feed(b"\x1f\x8b\x08\x00not gzip at all", 1024)
+
+
+# ------------------------------------------------------------------------------ labels and routes
+@pytest.mark.parametrize("code, label", [(200, "200"), (500, "500"), ("503", "503"), (499, "499"), (7, "other"),
+                                         ("rate_limit_exceeded", "other"), (None, "other"), (True, "other"),
+                                         (599, "other"), (429, "429")])
+def test_code_label_is_bounded(code, label):
+    assert code_label(code) == label
+
+
+def test_only_declared_llm_models_are_metered_on_triton_routes():
+    default, declared = Classifier(None), Classifier(["classifier"])
+    for path, expected in (("/v2/models/toy_llm/generate_stream", "generate_stream"),
+                           ("/v2/models/toy_llm/versions/2/generate", "generate"),
+                           ("/V2/MODELS/toy_llm/GENERATE/", "generate"), ("/v2/models/classifier/infer", None)):
+        route = default.classify("POST", path, b"")
+        assert (route.endpoint if route else None) == expected, path
+    assert declared.classify("POST", "/v2/models/classifier/infer", b"").model == "classifier"
+    assert declared.classify("POST", "/v2/models/toy_llm/generate_stream", b"") is None
+    assert declared.classify("POST", "/v1/chat/completions", b'{"model":"x"}').model == "x"  # always metered
+    assert default.classify("GET", "/v2/models/toy_llm/generate", b"") is None
+
+
+def test_unknown_input_count_has_no_sample():
+    metrics = GatewayMetrics()
+    meter = RequestMeter(metrics.series("acme", "toy_llm", "realtime"), streamed=True, started=0.0)
+    meter.tokens(2, now=0.1)
+    usage = meter.finish("ok", 200, now=0.2)
+    assert (usage.input_tokens, usage.output_tokens) == (None, 2)
+    v = lambda t: metrics.registry.get_sample_value("gateway_tokens_total", {**LABELS, "type": t})  # noqa: E731
+    assert (v("input"), v("output")) == (None, 2)

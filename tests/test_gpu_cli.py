@@ -92,6 +92,8 @@ def test_auto_without_nvml_keeps_serving_zero_devices():
     (["--nvml", "auto", "--sim-scenario", "x.yaml"], "--sim-scenario only applies with --nvml sim"),
     (["--nvml", "sim", "--interval", "fast"], "--interval"),
     (["--nvml", "sim", "--xid-preset", "48,x"], "--xid-preset"),
+    (["--nvml", "auto", "--sim-events-from-any-host"], "--sim-events-from-any-host only applies with --nvml sim"),
+    (["--nvml", "sim", "--spec", "/nonexistent/inferwatch.yaml"], "/nonexistent/inferwatch.yaml: cannot read spec"),
 ])
 def test_bad_input_exits_2_with_one_line(args, message):
     proc = subprocess.run([*CMD, "--port", str(_free_port()), *args], capture_output=True, text=True, timeout=60)
@@ -102,6 +104,21 @@ def test_bad_input_exits_2_with_one_line(args, message):
 
 def test_help_explains_every_flag():
     out = subprocess.run([*CMD, "--help"], capture_output=True, text=True, timeout=60).stdout
-    for flag in ("--host", "--port", "--nvml", "--sim-scenario", "--interval", "--hostname", "--xid-preset"):
+    for flag in ("--host", "--port", "--spec", "--nvml", "--sim-scenario", "--interval", "--hostname", "--xid-preset",
+                 "--pod-resources-socket", "--no-pod-labels", "--sim-events-from-any-host"):
         assert flag in out
     assert "default 9400" in out
+    assert "layers.L1.critical_xids" in " ".join(out.split())   # what --help promises --spec gives
+
+
+def test_spec_gives_the_xid_presets_and_the_flag_overrides_it(tmp_path):
+    spec = tmp_path / "inferwatch.yaml"
+    spec.write_text("layers:\n  L1:\n    critical_xids: [48, 79]\n")
+
+    def presets(*args: str) -> set[str]:
+        with _exporter("--nvml", "sim", "--no-pod-labels", *args) as (base, _):
+            text = requests.get(f"{base}/metrics", timeout=10).text
+        return {s.labels["xid"] for s in samples(text, "inferwatch_gpu_xid_errors_total")}
+
+    assert presets("--spec", str(spec)) == {"48", "79"}
+    assert presets("--spec", str(spec), "--xid-preset", "94") == {"94"}

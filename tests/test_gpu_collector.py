@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import math
-import time
 
 import requests
-from prometheus_client import CollectorRegistry
 
-from gpu_support import SCENARIOS, FakeClock, by_gpu, render, samples
+from gpu_support import SCENARIOS, FakeClock, by_gpu, render, samples, wait_until
 from inferwatch.exporters.gpu.collector import GpuCollector
 from inferwatch.exporters.gpu.scenario import load_scenario, parse_scenario
-from inferwatch.exporters.gpu.server import MetricsServer, make_app
+from inferwatch.exporters.gpu.server import MetricsServer
 from inferwatch.exporters.gpu.sim import SimNvml
 from inferwatch.exporters.gpu.xid import XidWatcher
 
@@ -22,14 +20,6 @@ def _setup(raw_or_file, **kwargs):
     sim = SimNvml(scenario, clock=clock)
     collector = GpuCollector(sim, "node-a", interval_s=5, wall=clock, monotonic=clock, **kwargs)
     return sim, collector, clock
-
-
-def _wait_until(predicate, what: str, limit_s: float = 20.0):
-    """Poll a condition a background thread makes true (a bound on waiting, not a timed assertion)."""
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_faults_scenario_every_name_present_unsupported_absent_no_sentinel():
@@ -136,7 +126,7 @@ def test_xid_events_are_counted_per_code_by_the_event_thread():
         def counts():
             return {(s.labels["gpu"], s.labels["xid"]): s.value
                     for s in samples(render(collector), "inferwatch_gpu_xid_errors_total")}
-        _wait_until(lambda: counts().get(("1", "79")) == 1 and counts().get(("0", "48")) == 2, "XID counts")
+        wait_until(lambda: counts().get(("1", "79")) == 1 and counts().get(("0", "48")) == 2, "XID counts")
         text = render(collector)
         assert by_gpu(text, "DCGM_FI_DEV_XID_ERRORS") == {"0": 48, "1": 79}
         assert counts()[("0", "79")] == 0    # preset code, no event
@@ -159,7 +149,7 @@ def test_xid_thread_reregisters_after_library_recovery():
         generation = collector.generation
         assert collector.devices_for_events()[1]
         sim.add_events([{"gpu": 0, "xid": 94}])
-        _wait_until(lambda: any(s.labels["xid"] == "94" and s.value == 1
+        wait_until(lambda: any(s.labels["xid"] == "94" and s.value == 1
                                 for s in samples(render(collector), "inferwatch_gpu_xid_errors_total")),
                     "XID 94 after recovery")
         assert collector.generation == generation
@@ -169,9 +159,7 @@ def test_xid_thread_reregisters_after_library_recovery():
 
 def test_http_scrape_is_200_with_a_lost_gpu_and_sim_events_endpoint():
     sim, collector, clock = _setup("faults.yaml")
-    registry = CollectorRegistry()
-    registry.register(collector)
-    server = MetricsServer(make_app(registry, sim), "127.0.0.1", 0)
+    server = MetricsServer.for_collector(collector, "127.0.0.1", 0, sim)
     server.start()
     base = f"http://127.0.0.1:{server.port}"
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 from golden import assert_matches_golden, promtool_check_metrics
 from inferwatch.exporters.gpu.metrics import CollectionStats, XidCounts, build_families
 from inferwatch.exporters.gpu.nvml import MemoryInfo, RemappedRows
+from inferwatch.exporters.gpu.pods import PodMap, PodRef
 from inferwatch.exporters.gpu.reading import (
     GpuIdentity,
     GpuReading,
@@ -20,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 GOLDEN = Path(__file__).parent / "golden" / "gpu_exporter.metrics"
 MIB = 1024 * 1024
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
-# Every name issue 3 lists (ECC volatile/aggregate totals, remapped rows, remap failure included).
+# Every name the GPU exporter's first version listed (ECC volatile/aggregate totals, remapped rows, remap failure included).
 REQUIRED_DCGM = [
     "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",
@@ -37,7 +38,7 @@ def _gpu(index: int, **overrides) -> GpuReading:
         identity=GpuIdentity(index, f"GPU-0000000{index}-aaaa-bbbb-cccc-dddddddddddd", f"00000000:1{index}:00.0",
                              "NVIDIA H100 80GB HBM3"),
         up=True, temperature_c=61, memory_temperature_c=70, power_mw=250_500, energy_mj=123_456_789,
-        utilization_gpu_pct=87, utilization_memory_pct=40,
+        utilization_gpu_pct=87, utilization_memory_pct=40, fan_speed_pct=55,
         memory=MemoryInfo(total=81559 * MIB, free=1000 * MIB, used=80028 * MIB, reserved=531 * MIB),
         sm_clock_mhz=1980, mem_clock_mhz=2619, clocks_event_reasons=0x20 | 0x4, pcie_replay=3,
         ecc_sbe_volatile=5, ecc_dbe_volatile=1, ecc_sbe_aggregate=50, ecc_dbe_aggregate=2,
@@ -48,25 +49,37 @@ def _gpu(index: int, **overrides) -> GpuReading:
 
 
 def _fleet() -> Snapshot:
-    mig = (MigReading(gi_id=1, profile="3g.40gb", memory=MemoryInfo(40192 * MIB, 30000 * MIB, 10192 * MIB, 0)),
-           MigReading(gi_id=9, profile="1g.10gb", memory=MemoryInfo(9728 * MIB, 9216 * MIB, 512 * MIB, 0)))
+    mig = (MigReading(gi_id=1, profile="3g.40gb", memory=MemoryInfo(40192 * MIB, 30000 * MIB, 10192 * MIB, 0),
+                      uuid="MIG-11111111-aaaa-bbbb-cccc-dddddddddddd"),
+           MigReading(gi_id=9, profile="1g.10gb", memory=MemoryInfo(9728 * MIB, 9216 * MIB, 512 * MIB, 0),
+                      uuid="MIG-99999999-aaaa-bbbb-cccc-dddddddddddd"))
     return Snapshot(nvml_up=True, devices=3, driver_version="550.54.15", gpus=(
         _gpu(0),
         _gpu(1, memory_temperature_c=None, ecc_sbe_volatile=None, ecc_dbe_volatile=None, utilization_gpu_pct=None,
-             utilization_memory_pct=None, mig=mig),
+             utilization_memory_pct=None, fan_speed_pct=None, mig=mig),
         GpuReading(identity=GpuIdentity(2, "GPU-00000002-aaaa-bbbb-cccc-dddddddddddd", "00000000:12:00.0",
                                         "NVIDIA H100 80GB HBM3"), up=False),
     ))
 
 
-def _render(snapshot: Snapshot) -> str:
-    xids = XidCounts(counts={(0, "GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"): {48: 2, 13: 1}}, last={0: 48})
+# Pods holding GPU 0 (by UUID) and MIG instance 9 of GPU 1 (by MIG UUID); GPU 2 (lost) by device name.
+PODS = PodMap({"GPU-00000000-aaaa-bbbb-cccc-dddddddddddd": PodRef("llm", "triton-0", "triton"),
+               "MIG-99999999-aaaa-bbbb-cccc-dddddddddddd": PodRef("vision", "classifier-7", "server"),
+               "nvidia2": PodRef("llm", "triton-1", "triton")})
+
+
+def _render(snapshot: Snapshot, pods: PodMap | None = None) -> str:
+    xids = XidCounts(counts={(0, "GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"): {48: 2, 13: 1},
+                             (2, "GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"): {79: 1}},
+                     last={(0, "GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"): 48,
+                           (2, "GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"): 79})
     stats = CollectionStats(duration_seconds=0.0125, last_success_unix=1_790_000_000.0,
-                            errors={("absent", "NotSupported"): 4, ("device_lost", "GpuIsLost"): 2})
+                            errors={("absent", "NotSupported"): 4, ("device_lost", "GpuIsLost"): 2,
+                                    ("blank", "DcgmInt64NotSupported"): 3, ("out_of_range", "AbovePhysicalRange"): 1})
 
     class _Static:
         def collect(self):
-            return iter(build_families(snapshot, "node-a", xids, stats, preset_xids=(48, 79)))
+            return iter(build_families(snapshot, "node-a", xids, stats, preset_xids=(48, 79), pods=pods))
 
     registry = CollectorRegistry()
     registry.register(_Static())
@@ -107,12 +120,14 @@ def test_units_follow_dcgm_exporter():
     assert value("DCGM_FI_DEV_CLOCKS_EVENT_REASONS") == 0x24
     assert value("DCGM_FI_DEV_ROW_REMAP_PENDING") == 1
     assert value("DCGM_FI_DEV_XID_ERRORS") == 48 and value("DCGM_FI_DEV_XID_ERRORS", "1") == 0
+    assert value("DCGM_FI_DEV_FAN_SPEED") == 55
 
 
 def test_missing_fields_give_no_series_and_no_sentinel():
     text = _render(_fleet())
     gpu1 = {s.name for s in _samples(text) if s.labels.get("gpu") == "1"}
-    for absent in ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_GPU_UTIL"):
+    for absent in ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_GPU_UTIL",
+                   "DCGM_FI_DEV_FAN_SPEED"):
         assert absent not in gpu1
     assert "DCGM_FI_DEV_GPU_TEMP" in gpu1
     for s in _samples(text):
@@ -124,8 +139,10 @@ def test_lost_gpu_is_up_0_with_no_values_and_others_still_reported():
     up = {s.labels["gpu"]: s.value for s in _by_name(text, "inferwatch_gpu_up")}
     assert up == {"0": 1, "1": 1, "2": 0}
     assert set(_by_name(text, "inferwatch_gpu_up")[0].labels) == {"gpu", "UUID", "Hostname"}
-    lost = [s for s in _samples(text) if s.labels.get("gpu") == "2" and s.name.startswith("DCGM_")]
-    assert lost == []
+    lost = {s.name: s.value for s in _samples(text) if s.labels.get("gpu") == "2" and s.name.startswith("DCGM_")}
+    assert lost == {"DCGM_FI_DEV_XID_ERRORS": 79}    # its readings go, its last XID (the reason) stays
+    assert {s.labels["xid"]: s.value for s in _by_name(text, "inferwatch_gpu_xid_errors_total")
+            if s.labels["gpu"] == "2"} == {"48": 0, "79": 1}
     assert {s.labels["gpu"] for s in _by_name(text, "DCGM_FI_DEV_GPU_TEMP")} == {"0", "1"}
 
 
@@ -160,11 +177,13 @@ def test_xid_counters_by_code_with_preset_zeros():
 def test_self_metrics():
     text = _render(_fleet())
     assert _by_name(text, "inferwatch_gpu_devices")[0].value == 3
-    assert _by_name(text, "inferwatch_gpu_nvml_up")[0].value == 1
+    (nvml_up,) = _by_name(text, "inferwatch_gpu_nvml_up")
+    assert (nvml_up.labels, nvml_up.value) == ({"Hostname": "node-a"}, 1)   # one node-level series
     assert _by_name(text, "inferwatch_gpu_collection_duration_seconds")[0].value == 0.0125
     assert _by_name(text, "inferwatch_gpu_last_collection_success_timestamp_seconds")[0].value == 1_790_000_000
     errs = {(s.labels["class"], s.labels["error"]): s.value for s in _by_name(text, "inferwatch_gpu_nvml_errors_total")}
-    assert errs == {("absent", "NotSupported"): 4, ("device_lost", "GpuIsLost"): 2}
+    assert errs == {("absent", "NotSupported"): 4, ("device_lost", "GpuIsLost"): 2,
+                    ("blank", "DcgmInt64NotSupported"): 3, ("out_of_range", "AbovePhysicalRange"): 1}
 
 
 def test_no_nvml_exports_zero_devices():
@@ -174,8 +193,24 @@ def test_no_nvml_exports_zero_devices():
     assert not _by_name(text, "inferwatch_gpu_up")
 
 
+def test_pod_labels_on_the_gpu_and_the_mig_instance_a_pod_holds():
+    text = _render(_fleet(), PODS)
+    pod_of = {(s.name, s.labels["gpu"], s.labels.get("GPU_I_ID", "")): s.labels.get("pod")
+              for s in _samples(text) if "gpu" in s.labels}
+    assert pod_of[("DCGM_FI_DEV_GPU_TEMP", "0", "")] == "triton-0"
+    assert pod_of[("inferwatch_gpu_up", "0", "")] == "triton-0"
+    assert pod_of[("DCGM_FI_DEV_FB_USED", "1", "9")] == "classifier-7"
+    assert pod_of[("DCGM_FI_DEV_FB_USED", "1", "1")] is None      # the other instance: no pod holds it
+    assert pod_of[("DCGM_FI_DEV_FB_USED", "1", "")] is None       # the parent of a MIG instance: not the pod's
+    assert pod_of[("DCGM_FI_DEV_XID_ERRORS", "2", "")] == "triton-1"  # lost GPU, named by device name
+    assert pod_of[("inferwatch_gpu_xid_errors_total", "0", "")] is None  # counters keep their series
+    held = next(s for s in _by_name(text, "DCGM_FI_DEV_FB_USED") if s.labels.get("GPU_I_ID") == "9")
+    assert set(held.labels) == DCGM_LABELS | {"GPU_I_PROFILE", "GPU_I_ID", "namespace", "pod", "container"}
+    assert (held.labels["namespace"], held.labels["container"]) == ("vision", "server")
+
+
 def test_golden_metrics_text():
-    assert_matches_golden(_render(_fleet()), GOLDEN)
+    assert_matches_golden(_render(_fleet(), PODS), GOLDEN)
 
 
 def test_golden_passes_promtool_check_metrics():

@@ -1,4 +1,4 @@
-"""The harness itself: real Triton with both example models, Prometheus scraping it, Alertmanager ready."""
+"""The harness itself: real Triton with every example model, Prometheus scraping it, Alertmanager ready."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from inferwatch.testing.prometheus import write_config
 from inferwatch.traffic import infer_classifier, stream_toy_llm
 
 
-def test_triton_serves_both_example_models(triton):
+def test_triton_serves_every_example_model(triton):
     index = requests.post(f"{triton.url}/v2/repository/index", timeout=10).json()
     states = {(m["name"], m["version"]): m["state"] for m in index}
-    assert states == {("classifier", "1"): "READY", ("classifier", "2"): "READY", ("toy_llm", "1"): "READY"}
+    models = [("classifier", "1"), ("classifier", "2"), ("toy_llm", "1"),
+              ("chat_ens", "1"), ("tokenize", "1"), ("generate", "1"), ("detokenize", "1")]  # ensemble + steps
+    assert states == {m: "READY" for m in models}
     assert requests.get(f"{triton.url}/v2/health/ready", timeout=5).status_code == 200
 
 

@@ -11,13 +11,11 @@ import pytest
 import requests
 import yaml
 
-from inferwatch.notifier.alertmanager_config import PATH, outputs
-from inferwatch.notifier.service import NotifierService
-from inferwatch.testing.channels import ProviderSimulators
+from inferwatch.notifier.alertmanager_config import PATH, config, inhibit_rules, outputs, secret_files
 from inferwatch.spec import load_spec, spec_from_dict
 
 from conftest import REPO_ROOT
-from notifier_support import TOKEN, spec_data, wait_for
+from notifier_support import notifier_behind_alertmanager, wait_for
 
 COMMITTED = REPO_ROOT / PATH
 
@@ -36,7 +34,7 @@ def test_committed_config_is_what_the_spec_generates():
 def test_amtool_check_config_accepts_it():
     r = amtool("check-config", str(COMMITTED))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "3 inhibit rules" in r.stdout
+    assert f"{len(inhibit_rules(load_spec(REPO_ROOT / 'inferwatch.yaml')))} inhibit rules" in r.stdout
 
 
 @pytest.mark.parametrize("labels, receiver", [
@@ -69,20 +67,8 @@ def test_no_secret_is_inline_and_resolved_notifications_are_sent():
 
 
 def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_factory, tmp_path):
-    sims = ProviderSimulators().start()
-    svc = None
-    try:
-        data = spec_data(sims)
-        svc = NotifierService(spec_from_dict(data), tmp_path / "data", port=0).start()
-        (tmp_path / "token").write_text(TOKEN + "\n")
-        (tmp_path / "pdkey").write_text(sims.pagerduty.routing_key + "\n")
-        fast = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h"}
-        data["targets"] = {"notifier": svc.url}
-        data["notifier"].update(token_file=str(tmp_path / "token"), fallback_routing_key_file=str(tmp_path / "pdkey"),
-                                fallback_pagerduty_url=sims.pagerduty_url,
-                                grouping={"L1": {"group_by": ["alertname", "node", "gpu"], **fast},
-                                          "L2": {"group_by": ["alertname", "node"], **fast},
-                                          "L3": {"group_by": ["alertname", "tenant"], **fast}})
+    grouping = {"L1": ["alertname", "node", "gpu"], "L2": ["alertname", "node"], "L3": ["alertname", "tenant"]}
+    with notifier_behind_alertmanager(tmp_path, grouping) as (sims, svc, data):
         config = tmp_path / "alertmanager.yml"
         config.write_text(outputs(spec_from_dict(data))[PATH])
         am = alertmanager_factory(config)
@@ -97,11 +83,13 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
             alert("GpuLost", "L1", node="node-b", gpu="3"),
             alert("TritonModelNotReady", "L2", node="node-c", model="classifier"),
             alert("LlmTtftP95High", "L3", "warning", tenant="acme", model="toy_llm"),
-            # Inhibited: a down Triton hides the queue symptom on its node; a critical hides its warning twin.
-            alert("TritonServerDown", "L2", node="node-a"),
-            alert("TritonQueueTimeP95High", "L2", "warning", node="node-a", model="classifier"),
-            alert("TritonPendingRequestsHigh", "L2", "critical", node="node-d"),
-            alert("TritonPendingRequestsHigh", "L2", "warning", node="node-d"),
+            # Inhibited: a down Triton hides the queue symptom of that server; a critical burn rate hides its
+            # warning twin of the same tier and SLO (tests/test_notifier_inhibition.py has the whole table).
+            alert("TritonServerDown", "L2", node="node-a", triton="t-a"),
+            alert("TritonQueueTimeP95High", "L2", "warning", node="node-a", triton="t-a", model="classifier"),
+            alert("LlmAvailabilityBurnRate", "L3", "critical", tier="realtime", slo="availability", window="page-fast"),
+            alert("LlmAvailabilityBurnRate", "L3", "warning", tier="realtime", slo="availability",
+                  window="ticket-fast"),
             # The notifier's own alert bypasses it: Alertmanager's PagerDuty integration pages directly.
             alert("NotifierDeliveryFailing", "L1", component="notifier"),
         ])
@@ -110,7 +98,7 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
         wait_for(lambda: any("LlmTtftP95High" in t for t in sims.wecom.texts()), what="L3 on WeCom")
         wait_for(lambda: any("TritonServerDown" in t for t in sims.slack.texts()), what="TritonServerDown")
         wait_for(lambda: any("NotifierDeliveryFailing" in t for t in sims.pagerduty.texts()), what="fallback page")
-        wait_for(lambda: any("TritonPendingRequestsHigh" in t for t in sims.slack.texts()), what="pending high")
+        wait_for(lambda: any("LlmAvailabilityBurnRate" in t for t in sims.wecom.texts()), what="burn rate page")
         fallback = [r for r in sims.pagerduty.received if "NotifierDeliveryFailing" in r.text][0]
         assert fallback.body["client"].startswith("inferwatch alertmanager")  # sent by Alertmanager itself
         assert not any("NotifierDeliveryFailing" in t for t in sims.slack.texts() + sims.wecom.texts())
@@ -118,11 +106,12 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
         assert gpu["payload"]["source"] == "node-b" and gpu["payload"]["severity"] == "critical"
         wecom = [t for t in sims.wecom.texts() if "LlmTtftP95High" in t][0]
         assert "tenant: acme" in wecom and "[Runbook](https://runbooks.example/LlmTtftP95High.md)" in wecom
-        inhibited = {a["labels"]["alertname"] for a in am.alerts() if a["status"]["state"] == "suppressed"}
-        assert inhibited == {"TritonQueueTimeP95High", "TritonPendingRequestsHigh"}
+        inhibited = {(a["labels"]["alertname"], a["labels"]["severity"]) for a in am.alerts()
+                     if a["status"]["state"] == "suppressed"}
+        assert inhibited == {("TritonQueueTimeP95High", "warning"), ("LlmAvailabilityBurnRate", "warning")}
         assert not any("TritonQueueTimeP95High" in t for t in sims.slack.texts())
-        pending = [t for t in sims.slack.texts() if "TritonPendingRequestsHigh" in t]
-        assert pending and all("*severity*\ncritical" in t for t in pending), pending
+        burn = [t for t in sims.wecom.texts() if "LlmAvailabilityBurnRate" in t]
+        assert burn and all("ticket-fast" not in t for t in burn), burn
         # Resolve: Alertmanager sends resolved notifications (send_resolved) and PagerDuty closes the incident.
         resolved = alert("GpuLost", "L1", node="node-b", gpu="3")
         resolved["endsAt"] = "2000-01-01T00:00:00Z"
@@ -133,7 +122,31 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
                 if ln.startswith("inferwatch_notifier_notifications_total{") and 'outcome="dead_lettered"}' in ln
                 and not ln.endswith(" 0.0")]
         assert not dead, dead
-    finally:
-        if svc:
-            svc.stop()
-        sims.stop()
+
+
+def _file_values(node) -> set[str]:
+    if isinstance(node, dict):
+        found = {v for k, v in node.items() if k.endswith("_file") and isinstance(v, str)}
+        return found.union(*(_file_values(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_file_values(v) for v in node))
+    return set()
+
+
+def test_readme_own_stack_steps_name_every_secret_file_alertmanager_reads():
+    spec = load_spec(REPO_ROOT / "inferwatch.yaml")
+    files = secret_files(spec)
+    assert _file_values(config(spec)) == {path for path, _ in files.values()}
+    readme = (REPO_ROOT / "README.md").read_text()
+    steps = readme.split("## Use it with your own Triton and Prometheus", 1)[1].split("\n## ", 1)[0]
+    for field, (path, _) in files.items():
+        assert f"`{field}`" in steps and f"`{path}`" in steps, field
+    assert "`notifier.fallback_pagerduty_url`" in steps
+
+
+def test_fallback_routing_key_file_and_url_come_from_the_spec():
+    spec = spec_from_dict({"notifier": {"fallback_routing_key_file": "/run/secrets/pd-key",
+                                        "fallback_pagerduty_url": "https://events.eu.pagerduty.com/v2/enqueue"}})
+    fallback = next(r for r in config(spec)["receivers"] if r["name"] == "notifier-fallback")["pagerduty_configs"][0]
+    assert fallback["routing_key_file"] == "/run/secrets/pd-key"
+    assert fallback["url"] == "https://events.eu.pagerduty.com/v2/enqueue"

@@ -5,31 +5,24 @@ Plus the shared helpers: HTTP classification, truncation by runes/bytes, redacti
 from __future__ import annotations
 
 import logging
+import re
+from importlib.metadata import version
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from inferwatch.notifier.channels import build_channel
-from inferwatch.notifier.channels.base import (classify_http, fit_lines, redact, truncate_bytes, truncate_runes,
-                                               utf8_len)
+from inferwatch.notifier.channels import build_channel, channel_classes, default_rate
+from inferwatch.notifier.channels.base import classify_http, redact
 from inferwatch.notifier.channels.pagerduty import dedup_key
+from inferwatch.notifier.channels.text import cut_bytes, cut_runes, fit_lines, utf8_len
 from inferwatch.notifier.model import Notification, message_from_dict
-from inferwatch.testing.channels import ProviderSimulators
 
-from notifier_support import fixture_body, make_spec, webhook
+from notifier_support import fixture_body, make_spec, reset_sims, simulators, webhook  # noqa: F401 - reset_sims is an autouse fixture
 
 
 @pytest.fixture(scope="module")
 def sims():
-    with ProviderSimulators() as s:
-        yield s
-
-
-@pytest.fixture(autouse=True)
-def _reset(sims):
-    sims.set_mode("ok")
-    yield
-    sims.set_mode("ok")
+    yield from simulators()
 
 
 def channel(sims, name):
@@ -60,22 +53,33 @@ def test_retry_after_is_honoured():
 
 @given(st.text(), st.integers(min_value=0, max_value=400))
 @settings(max_examples=300, deadline=None)
-def test_truncate_bytes_never_breaks_a_character(text, limit):
-    out = truncate_bytes(text, limit)
+def test_cut_bytes_never_breaks_a_character_and_says_how_much_was_cut(text, limit):
+    out = cut_bytes(text, limit)
     assert utf8_len(out) <= limit
     out.encode("utf-8")  # a lone surrogate or half character would fail here
     if utf8_len(text) <= limit:
         assert out == text
     else:
-        assert out.endswith("…") or out == ""
+        m = re.search(r" …\[cut ([\d,]+) of ([\d,]+) characters\]$", out)
+        if m:  # room for the marker: it counts exactly what is missing
+            kept = out[:m.start()]
+            assert text.startswith(kept)
+            assert int(m.group(1).replace(",", "")) == len(text) - len(kept)
+            assert int(m.group(2).replace(",", "")) == len(text)
+        else:  # a limit smaller than the marker: a bare ellipsis
+            assert out.endswith("…") or out == ""
 
 
 @given(st.text(), st.integers(min_value=1, max_value=300))
 @settings(max_examples=200, deadline=None)
-def test_truncate_runes_counts_code_points(text, limit):
-    out = truncate_runes(text, limit)
+def test_cut_runes_counts_code_points(text, limit):
+    out = cut_runes(text, limit)
     assert len(out) <= limit
-    assert out == text or out.endswith("…")
+    assert out == text or out.endswith("…") or out.endswith("characters]")
+
+
+def test_cut_marker_example():
+    assert cut_runes("x" * 100_000, 60) == "x" * 24 + " …[cut 99,976 of 100,000 characters]"
 
 
 def test_fit_lines_keeps_whole_lines_and_counts_the_rest():
@@ -122,59 +126,92 @@ def test_pagerduty_summary_is_capped_at_1024_runes(sims):
 
 
 # ------------------------------------------------------------------------------------------------ Slack
-def test_slack_blocks_have_title_severity_labels_description_and_links(sims):
+def test_slack_blocks_have_title_key_labels_description_and_links(sims):
     body = webhook("TritonModelNotReady", "L2", n=3, extra={"model": "classifier"},
                    description="model <classifier> & v2 " + "d" * 4000)
     assert channel(sims, "oncall-slack").send(note(body, "oncall-slack")).ok
-    msg = sims.slack.received[-1].body
-    blocks = msg["blocks"]
-    assert blocks[0]["type"] == "header" and "[FIRING:3] TritonModelNotReady" in blocks[0]["text"]["text"]
-    fields = [f["text"] for f in blocks[1]["fields"]]
-    assert "*severity*\ncritical" in fields and "*model*\nclassifier" in fields
-    sections = [b["text"]["text"] for b in blocks if b["type"] == "section" and "text" in b]
-    assert all(len(s) <= 3000 for s in sections)
-    assert "model &lt;classifier&gt; &amp; v2" in sections[0]  # escaped, so no fake link or mention
+    got = sims.slack.received[-1]
+    blocks = got.body["blocks"]
+    assert blocks[0] == {"type": "header", "text": {"type": "plain_text", "emoji": False,
+                                                    "text": "[FIRING:3] TritonModelNotReady"}}
+    assert got.body["text"] == "[FIRING:3] TritonModelNotReady"
+    assert "severity: critical   layer: L2   node: node-a   model: classifier" in got.text
+    alert_blocks = [b for b in blocks if b["type"] == "rich_text"][1:]
+    assert len(alert_blocks) == 3 and all(len(str(b)) > 100 for b in alert_blocks)
+    first = alert_blocks[0]["elements"][0]["elements"]
+    # The description is one exact text element (no entities), cut with a marker saying how much.
+    desc = next(e["text"] for e in first if e.get("text", "").startswith("model <classifier>"))
+    assert desc.startswith("model <classifier> & v2 ddd")
+    marker = next(e for e in first if "characters]" in e.get("text", ""))
+    assert marker["style"] == {"italic": True}
+    total = len("model <classifier> & v2 ") + 4000
+    assert marker["text"] == f" …[cut {total - len(desc):,} of {total:,} characters]"
+    assert got.mentions == ()
     buttons = {e["text"]["text"]: e["url"] for b in blocks if b["type"] == "actions" for e in b["elements"]}
     assert buttons == {"Runbook": "https://runbooks.example/TritonModelNotReady.md",
                        "Alertmanager": "http://alertmanager.example:9093",
                        "Prometheus": "http://prometheus.example/graph"}
+    assert got.headers["User-Agent"] == f"inferwatch/{version('inferwatch')}"
 
 
-def test_slack_resolved_and_many_alerts_stay_within_50_blocks(sims):
+def test_slack_resolved_and_many_alerts_stay_within_50_blocks_and_name_every_alert(sims):
     body = webhook("TritonQueueTimeP95High", "L2", n=120, status="resolved")
     assert channel(sims, "oncall-slack").send(note(body, "oncall-slack")).ok
     msg = sims.slack.received[-1]
     assert len(msg.body["blocks"]) <= 50
-    assert "[RESOLVED:120]" in msg.text and "…and 100 more alert(s)" in msg.text
+    assert "[RESOLVED:120]" in msg.text
+    named = set(re.findall(r"instance=(i\d+)", msg.text))
+    more = re.search(r"…and (\d+) more, see Alertmanager", msg.text)
+    assert len(named) + (int(more.group(1)) if more else 0) == 120 and len(named) >= 60
 
 
 def test_the_real_truncated_fixture_renders_on_every_channel(sims):
     body = fixture_body()  # one alert without annotations or generatorURL, truncatedAlerts=1
     for name in ("phone", "call", "oncall-slack", "llm-wecom"):
         assert channel(sims, name).send(note(body, name)).ok, name
-    assert "[FIRING:3] GpuTemperatureHigh" in sims.slack.received[-1].text
-    assert "…and 1 more" in sims.wecom.received[-1].text
+    title = "[FIRING:2] GpuTemperatureHigh L1 — 2 firing, 1 more not included"
+    assert sims.slack.received[-1].body["blocks"][0]["text"]["text"] == title
+    assert "1 more alert(s) not included by Alertmanager" in sims.slack.received[-1].text
+    assert title in sims.wecom.received[-1].text
+    assert "1 more alert(s) not included by Alertmanager" in sims.wecom.received[-1].text
+    event = sims.pagerduty.received[-1].body
+    assert event["payload"]["summary"].startswith(title)
+    details = event["payload"]["custom_details"]
+    assert (details["num_firing"], details["num_resolved"], details["truncated_alerts"]) == (2, 0, 1)
+    assert sims.voice.received[-1].body["text"].startswith(title)
 
 
 # ------------------------------------------------------------------------------------------------ WeCom
-def test_wecom_markdown_fits_4096_bytes_with_chinese_text_and_counts_the_rest(sims):
+def test_wecom_markdown_fits_4096_bytes_with_chinese_text_and_names_every_alert(sims):
     body = webhook("LlmTtftP95High", "L3", n=40, description="首字延迟超过目标，租户 acme 的实时请求受影响。" * 8)
+    assert channel(sims, "llm-wecom").send(note(body, "llm-wecom")).ok
+    got = sims.wecom.received[-1]
+    assert got.body["msgtype"] == "markdown"
+    text = got.text
+    assert utf8_len(text) <= 4096
+    assert text.count("**LlmTtftP95High summary.**") >= 1  # the first alert in full
+    assert set(re.findall(r"instance=(i\d+)", text)) == {f"i{i}" for i in range(40)}
+    assert text.rstrip().endswith("<@zhangsan>") and got.mentions == ("zhangsan",)
+
+
+def test_wecom_many_alerts_count_the_ones_that_do_not_fit_and_link_alertmanager(sims):
+    body = webhook("LlmTtftP95High", "L3", n=400)
     assert channel(sims, "llm-wecom").send(note(body, "llm-wecom")).ok
     text = sims.wecom.received[-1].text
     assert utf8_len(text) <= 4096
-    shown = text.count("**LlmTtftP95High summary.**")
-    more = int(text.split("…and ")[1].split(" more")[0])
-    assert shown + more == 40 and shown >= 1
-    assert "[Alertmanager](http://alertmanager.example:9093)" in text  # the link is whole
-    assert text.rstrip().endswith("<@zhangsan>")
+    named = set(re.findall(r"instance=(i\d+)", text))
+    more = int(re.search(r"…and (\d+) more — \[Alertmanager\]\(http://alertmanager.example:9093\)", text).group(1))
+    assert len(named) + more == 400
 
 
-def test_wecom_escapes_label_values_so_they_cannot_inject_markup(sims):
-    body = webhook("LlmCancellationRatioHigh", "L3", extra={"tenant": '<font color="info">ok</font>[x](http://evil)'})
+def test_wecom_label_value_with_markup_goes_out_as_exact_plain_text(sims):
+    hostile = '<font color="info">ok</font>[x](http://evil)'
+    body = webhook("LlmCancellationRatioHigh", "L3", extra={"tenant": hostile})
     assert channel(sims, "llm-wecom").send(note(body, "llm-wecom")).ok
-    text = sims.wecom.received[-1].text
-    assert '<font color="info">ok' not in text and "[x](http://evil)" not in text
-    assert "＜font" in text
+    got = sims.wecom.received[-1]
+    assert got.body["msgtype"] == "text" and got.body["text"]["mentioned_list"] == ["zhangsan"]
+    assert f"tenant: {hostile}" in got.body["text"]["content"]  # exactly as sent, shown as plain text
+    assert "＜" not in got.text and got.mentions == ("zhangsan",)
 
 
 @pytest.mark.parametrize("mode, retryable, reason", [
@@ -186,18 +223,16 @@ def test_wecom_errcode_is_checked_in_every_http_200(sims, mode, retryable, reaso
     assert (r.ok, r.retryable, r.reason) == (False, retryable, reason)
 
 
-def test_wecom_too_long_answer_is_retryable_and_shrinking_fixes_it(sims):
+def test_wecom_too_long_answer_is_retryable_and_every_later_message_is_smaller(sims):
     ch = channel(sims, "llm-wecom")
-    orig = sims.wecom.MAX_MARKDOWN_BYTES
-    sims.wecom.MAX_MARKDOWN_BYTES = 3000  # the provider measures stricter than we do
-    try:
-        n = note(webhook("X", "L3", n=60), "llm-wecom")
-        r = ch.send(n)
-        assert (r.ok, r.retryable, r.reason) == (False, True, "too_long")
-        n.budget_factor = 0.5
-        assert ch.send(n).ok
-    finally:
-        sims.wecom.MAX_MARKDOWN_BYTES = orig
+    sims.wecom.max_markdown_bytes = 1500  # the provider measures stricter than we do
+    n = note(webhook("X", "L3", n=60, description="d" * 300), "llm-wecom")
+    results = [ch.send(n) for _ in range(3)]
+    first = results[0]
+    assert (first.ok, first.retryable, first.reason) == (False, True, "too_long")
+    assert "errcode 40058" in first.detail and "now rendering within" in first.detail
+    assert [r.ok for r in results] == [False, False, True]  # halved twice: 3,440 → 1,695 → 846 bytes
+    assert ch.send(note(webhook("Y", "L3", n=60, description="d" * 300), "llm-wecom")).ok  # remembered
 
 
 # ------------------------------------------------------------------------------------ answers table
@@ -231,12 +266,38 @@ def test_unreachable_provider_is_retryable_and_no_secret_leaks(sims, name, caplo
         assert "SEKRET" not in text and sims.pagerduty.routing_key not in text
 
 
-def test_missing_secret_is_retryable_and_names_the_variable_not_a_value(sims, monkeypatch):
+@pytest.mark.parametrize("kind, field", [("wecom", "url"), ("slack", "url"), ("voice", "url"),
+                                         ("pagerduty", "routing_key"), ("voice", "headers")])
+def test_missing_secret_is_retryable_and_names_the_variable_not_a_value(sims, monkeypatch, kind, field):
     # Retryable: a secret file may appear (mounted late, rotated); max_delivery_age bounds the retries.
     from inferwatch.spec import spec_from_dict
 
-    monkeypatch.delenv("NOPE_WECOM_URL", raising=False)
-    spec = spec_from_dict({"channels": {"w": {"type": "wecom", "url": "${NOPE_WECOM_URL}"}}})
-    r = build_channel("w", spec.channels["w"]).send(note(webhook("X", "L3"), "w"))
+    monkeypatch.delenv("NOPE_SECRET", raising=False)
+    data = {"type": kind, "url": sims.url + "/x", "routing_key": "k" * 32}
+    if field == "headers":
+        data["headers"] = {"Authorization": "${NOPE_SECRET}"}
+    else:
+        data[field] = "${NOPE_SECRET}"
+    spec = spec_from_dict({"channels": {"c": data}})
+    r = build_channel("c", spec.channels["c"]).send(note(webhook("X", "L1"), "c"))
     assert (r.ok, r.retryable, r.reason) == (False, True, "secret_missing")
-    assert "NOPE_WECOM_URL" in r.detail
+    assert "NOPE_SECRET" in r.detail
+
+
+# ----------------------------------------------------------------------------- how channels are built
+def test_each_channel_declares_its_rate_and_the_worker_default_uses_it():
+    rates = {kind: cls.rate_per_minute for kind, cls in channel_classes().items()}
+    assert rates == {"wecom": 20, "slack": 60, "pagerduty": 120, "voice": 10}
+    assert all(default_rate(kind) == rate for kind, rate in rates.items())
+
+
+@pytest.mark.parametrize("name", ["phone", "call", "oncall-slack", "llm-wecom"])
+def test_one_http_session_per_channel_with_the_inferwatch_user_agent(sims, name):
+    ch = channel(sims, name)
+    provider = {"phone": sims.pagerduty, "call": sims.voice, "oncall-slack": sims.slack, "llm-wecom": sims.wecom}[name]
+    for i in range(2):
+        assert ch.send(note(webhook(f"Session{i}", "L1", group=f"s{i}"), name)).ok
+    first, second = provider.received[-2:]
+    assert first.headers["User-Agent"] == second.headers["User-Agent"] == f"inferwatch/{version('inferwatch')}"
+    assert first.peer == second.peer  # the same connection, kept alive by the channel's one session
+    assert channel(sims, name).session is not ch.session  # one session per channel, not one shared

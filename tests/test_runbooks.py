@@ -4,12 +4,17 @@ parses and evaluates in a real Prometheus (scoped to sample labels and unscoped)
 from __future__ import annotations
 
 import re
+import time
+from pathlib import Path
 
 import pytest
 import requests
 
+from inferwatch.spec import load_spec
+from inferwatch.triage.engine import query_params, resolve_thresholds
 from inferwatch.triage.evidence import PLACEHOLDER, default_runbook_dir, load_runbook
 from inferwatch.triage.scope import scoped
+from inferwatch.triage.thresholds import QUERY_PARAM
 from triage_scenarios import start_prepared_prometheus
 
 RUNBOOKS = default_runbook_dir()
@@ -41,7 +46,9 @@ REQUIRED_SECTIONS = ("What it means", "User impact", "Likely causes", "Evidence"
 # Label values that exercise escaping: regex metacharacters and a quote must match literally.
 SAMPLE_LABELS = {"node": "node-a", "triton": "triton-node-a", "model": "llm-capacity", "version": "1",
                  "tier": "realtime", "tenant": "acme", "gpu": "0", "UUID": "GPU-node-a", "Hostname": "node-a",
-                 "instance": "node-a:9400", "channel": "slack", "window": "page-fast", "reason": 'a.b"(c)|*'}
+                 "instance": "node-a:9400", "channel": "slack", "window": "page-fast", "signal": "latency",
+                 "reason": 'a.b"(c)|*'}
+SPEC = load_spec(Path(__file__).resolve().parents[1] / "inferwatch.yaml")
 
 
 def test_every_alert_has_a_page():
@@ -84,10 +91,17 @@ def _query_error(prometheus, expr: str) -> str | None:
 def test_every_query_parses_and_evaluates_in_prometheus(prometheus, page):
     runbook = load_runbook(page)
     failures = []
-    for query in runbook.queries.values():
-        for labels in (SAMPLE_LABELS, {}):
-            expr = scoped(query.expr, labels)
-            assert not PLACEHOLDER.search(expr)
+    for labels in (SAMPLE_LABELS, {}):
+        thresholds = resolve_thresholds(runbook, SPEC, labels, time.time())
+        params = query_params(thresholds)
+        # With every label given, every spec value resolves; without labels only label-free paths do.
+        assert labels is not SAMPLE_LABELS or len(params) == len(thresholds), thresholds
+        assert all("{" in t.path for t in thresholds if t.value is None), thresholds
+        for query in runbook.queries.values():
+            if query.params - params.keys():
+                continue  # triage does not run it either (the value is reported as not run)
+            expr = scoped(query.expr, labels, params)
+            assert not PLACEHOLDER.search(expr) and not QUERY_PARAM.search(expr), expr
             error = _query_error(prometheus, expr)
             if error:
                 failures.append(f"{query.name} ({'scoped' if labels else 'unscoped'}): {error}\n  {expr}")

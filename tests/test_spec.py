@@ -137,7 +137,13 @@ def test_cli_check_warns_about_secrets_that_do_not_resolve_here(tmp_path, capsys
     assert main(["check", "--spec", str(spec)]) == 0
     err = capsys.readouterr().err
     assert "warning: channels.slack.url: environment variable CHECK_TEST_SLACK_URL is not set" in err
+    assert "warning: notifier.token_file: /etc/alertmanager/secrets/notifier-token is not readable here" in err
+    assert "warning: notifier.fallback_routing_key_file: " in err
     monkeypatch.setenv("CHECK_TEST_SLACK_URL", "https://hooks.example/x")
+    for name in ("token", "key"):
+        (tmp_path / name).write_text("x\n")
+    spec.write_text(spec.read_text() + f"notifier:\n  token_file: {tmp_path / 'token'}\n"
+                                       f"  fallback_routing_key_file: {tmp_path / 'key'}\n")
     assert main(["check", "--spec", str(spec)]) == 0
     assert "warning" not in capsys.readouterr().err
 

@@ -241,3 +241,74 @@ def test_one_slow_and_one_failing_model_never_blank_the_others(tmp_path):
     assert value(s, "inferwatch_triton_poll_errors_total", triton="r", endpoint="config", cause="timeout") == 1
     assert value(s, "inferwatch_triton_poll_errors_total", triton="r", endpoint="config", cause="http_error") == 1
     assert len([k for k in s if k[0] == "inferwatch_triton_model_batch_executions_total"]) > 10
+
+
+def stream(base_url: str, model: str, body: dict, cancel_after: int | None = None) -> tuple[int, bool]:
+    """One generate_stream request, read to its end; returns (token events received, an error event seen).
+    With `cancel_after`, the client goes away after that many events (the connection is closed, which makes
+    Triton cancel)."""
+    events, error = 0, False
+    with requests.post(f"{base_url}/v2/models/{model}/generate_stream", json=body, stream=True, timeout=60) as resp:
+        assert resp.status_code == 200, resp.text
+        for line in resp.iter_lines():
+            if not line.startswith(b"data:"):
+                continue
+            if b'"error"' in line:
+                error = True
+                continue
+            events += 1
+            if cancel_after is not None and events >= cancel_after:
+                break
+    return events, error
+
+
+def _stat_counts(c: TritonCollector, models: tuple[str, ...]) -> dict[tuple[str, str], float]:
+    """{(model, stat): count} from the collector's statistics families, after a fresh poll."""
+    c.poll_once()
+    s = samples(c)
+    return {(dict(k[1])["model"], dict(k[1])["stat"]): v for k, v in s.items()
+            if k[0] == "inferwatch_triton_model_inference_stat_count_total" and dict(k[1])["model"] in models}
+
+
+def settled(c: TritonCollector, models: tuple[str, ...], done, timeout: float = 10.0) -> dict:
+    """_stat_counts once `done(counts)` holds (Triton records a stream's statistics as it completes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = _stat_counts(c, models)
+        if done(counts) or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.2)
+
+
+ENSEMBLE = ("chat_ens", "tokenize", "generate", "detokenize")
+
+
+def test_ensemble_entry_point_steps_and_work_per_request(triton):
+    """examples/model_repository/chat_ens on the real Triton: the collector reads ensemble_scheduling (steps of
+    chat_ens, in order), which models clients call, which are decoupled; and 3 requests streamed as 40 responses
+    each show as 3 chat_ens requests and 120 detokenize executions (40 per request)."""
+    with collector_for(target(triton)) as c:
+        first = c.poll_once()[0]
+        s = samples(c)
+        steps = sorted((dict(k[1])["step"], dict(k[1])["model"], dict(k[1])["kind"]) for k in s
+                       if k[0] == "inferwatch_triton_model_step_info" and dict(k[1])["parent"] == "chat_ens")
+        assert steps == [("0", "tokenize", "ensemble"), ("1", "generate", "ensemble"), ("2", "detokenize", "ensemble")]
+        entry = {dict(k[1])["model"]: v for k, v in s.items() if k[0] == "inferwatch_triton_model_entry_point"}
+        assert entry == {"chat_ens": 1, "classifier": 1, "toy_llm": 1, "tokenize": 0, "generate": 0, "detokenize": 0}
+        decoupled = {dict(k[1])["model"]: v for k, v in s.items() if k[0] == "inferwatch_triton_model_decoupled"}
+        assert decoupled == {"chat_ens": 1, "classifier": 0, "toy_llm": 1, "tokenize": 0, "generate": 1,
+                             "detokenize": 0}
+        # Configurations are read once, then only when a version or state changes.
+        assert first.config_fetches == 6
+        assert c.poll_once()[0].config_fetches == 0
+
+        before = _stat_counts(c, ENSEMBLE)
+        for _ in range(3):
+            assert stream(triton.url, "chat_ens", {"text_input": "hello", "max_tokens": 40,
+                                                   "parameters": {"token_delay_ms": 0}}) == (40, False)
+        after = settled(c, ENSEMBLE, lambda counts: counts[("chat_ens", "success")] - before[("chat_ens", "success")] >= 3)
+    delta = {k: after[k] - before[k] for k in after}
+    assert delta[("chat_ens", "success")] == 3 and delta[("chat_ens", "fail")] == 0
+    assert delta[("tokenize", "success")] == 3
+    assert delta[("detokenize", "success")] == 120  # one execution per streamed response
+    assert delta[("detokenize", "success")] / delta[("chat_ens", "success")] == 40

@@ -12,7 +12,7 @@ import requests
 import yaml
 
 from inferwatch.cli import UsageError, build_parser
-from inferwatch.exporters.triton.cli import build_targets
+from inferwatch.exporters.triton.cli import build_targets, parse_bls_steps
 from inferwatch.exporters.triton.scrape import scrape_configs
 from inferwatch.spec import load_spec
 from inferwatch.specload import SpecError
@@ -59,16 +59,46 @@ def test_targets_from_flags_and_spec_with_secret_headers(tmp_path, triton, monke
     (["--triton-url", "http://a:1", "--triton-url", "http://a:1"], "duplicate"),
     (["--metrics-url", "http://a:2/metrics", "--no-spec-targets"], "--metrics-url"),
     (["--no-spec-targets"], "no Triton"),
+    (["--triton-url", "http://a:1", "--max-answer-bytes", "100"], "--max-answer-bytes"),
 ])
 def test_bad_usage_is_a_clear_error(argv, message):
     with pytest.raises(UsageError, match=message):
         build_targets(_args(*argv))
 
 
-def test_bad_interval_exits_2():
+def test_answer_limit_from_the_spec_and_the_flag(tmp_path):
+    spec = tmp_path / "inferwatch.yaml"
+    spec.write_text(yaml.safe_dump({"targets": {"triton": [
+        {"name": "big", "url": "http://127.0.0.1:8000", "max_answer_bytes": 64 * 2 ** 20},
+        {"name": "default", "url": "http://127.0.0.1:8001"}]}}))
+    by_name = {t.name: t.max_answer_bytes for t in build_targets(_args("--spec", str(spec)))}
+    assert by_name == {"big": 64 * 2 ** 20, "default": 16 * 2 ** 20}
+    flagged = build_targets(_args("--spec", str(spec), "--max-answer-bytes", "2048"))
+    assert {t.max_answer_bytes for t in flagged} == {2048}
+    spec.write_text(yaml.safe_dump({"targets": {"triton": [{"name": "x", "url": "http://a:1", "max_answer_bytes": 5}]}}))
+    with pytest.raises(SpecError, match="max_answer_bytes"):
+        build_targets(_args("--spec", str(spec)))
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--bls-step", "router=classifier,ranker"], {"router": ("classifier", "ranker")}),
+    (["--bls-step", "a=x", "--bls-step", "a=y"], {"a": ("x", "y")}),
+])
+def test_bls_steps(argv, expected):
+    assert parse_bls_steps(_args("--triton-url", "http://a:1", *argv).bls_step) == expected
+
+
+@pytest.mark.parametrize("value", ["router", "=x", "router="])
+def test_bad_bls_step_is_a_usage_error(value):
+    with pytest.raises(UsageError, match="--bls-step"):
+        parse_bls_steps([value])
+
+
+@pytest.mark.parametrize("flag", ["--interval", "--config-max-age"])
+def test_bad_duration_exits_2(flag):
     proc = subprocess.run([INFERWATCH, "exporter", "triton", "--triton-url",
-                           "http://127.0.0.1:1", "--interval", "soon"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and proc.stderr.startswith("inferwatch: error: --interval")
+                           "http://127.0.0.1:1", flag, "soon"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"inferwatch: error: {flag}")
 
 
 def test_prometheus_scrapes_triton_and_collector_with_node_labels(tmp_path, triton, prometheus_factory):

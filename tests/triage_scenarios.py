@@ -24,6 +24,10 @@ TTFT_P95_SECONDS = 0.825
 # the gateway's TTFT is lost outside Triton. SLOW mirrors the gateway: P95 825 ms, the model itself is slow.
 FAST_FIRST_RESPONSE = {"100": 0.97, "300": 1.0, "1000": 1.0, "+Inf": 1.0}
 SLOW_FIRST_RESPONSE = {"100": 0.5, "300": 0.8, "1000": 1.0, "+Inf": 1.0}
+# A healthy realtime model: P95 interpolates to 0.1 + (0.95 - 57/62) / (1 - 57/62) * 0.1 = 0.138 s, well
+# under the 300 ms target (the gateway exporter's real bucket edges 0.1 and 0.2).
+FAST_TTFT = {"0.1": 57 / 62, "0.2": 1.0, "0.3": 1.0, "1.0": 1.0, "+Inf": 1.0}
+FAST_TTFT_P95_SECONDS = 0.138
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +43,8 @@ class Situation:
     request_rate: float = 20.0
     first_response: dict[str, float] | None = None   # Triton-side TTFT CDF (ms edges); None: Triton < 24.11
     compute_seconds: float = 0.002                   # Triton compute time per request
+    ttft: dict[str, float] = dataclasses.field(default_factory=lambda: dict(SLOW_TTFT))  # gateway TTFT CDF
+    max_queue_delay_seconds: float | None = None     # dynamic batcher max_queue_delay; None: not exported
 
 
 SITUATIONS = [
@@ -67,16 +73,29 @@ SITUATIONS = [
     Situation("llm-dark", "node-d", "telemetry-gap"),
 ]
 
+# Nothing wrong by the alert's own measure: the evidence the old triage read as "slow after scheduling"
+# (short queue, idle GPU, tiny compute, no first-response histogram) with a TTFT P95 of 138 ms against the
+# realtime tier's 300 ms target.
+HEALTHY_LLM = Situation("llm-fast", "node-j", "", queue_p95_seconds=0.005, max_batch_size=0, gpu_util_percent=20,
+                        compute_seconds=0.001, ttft=FAST_TTFT)
+# Model `classifier` (its own 250 ms queue threshold in inferwatch.yaml) queues 5 ms at P95 while batching
+# one by one against a preferred size of 8 with a 100 ms max_queue_delay: the batching evidence is there,
+# the queue fault is not.
+SHORT_QUEUE_CLASSIFIER = Situation("classifier", "node-k", "", queue_p95_seconds=0.005, batch_size=1.0,
+                                   max_batch_size=8, gpu_util_percent=30, max_queue_delay_seconds=0.1)
+
 
 def situation_series(s: Situation, start: float, end: float) -> list[Series]:
     """Raw series for one situation between `start` and `end` (unix seconds)."""
     out: list[Series] = []
     gw = {"job": "inferwatch-gateway", "instance": "gw:9402", "node": "gw-node", "model": s.model,
           "tier": "realtime", "tenant": "acme"}
-    for le, frac in SLOW_TTFT.items():
+    for le, frac in s.ttft.items():
         out.append(counter("gateway_time_to_first_token_seconds_bucket", {**gw, "le": le}, s.request_rate * frac,
                            start, end))
     out.append(counter("gateway_time_to_first_token_seconds_count", gw, s.request_rate, start, end))
+    out.append(counter("gateway_requests_total", {**gw, "outcome": "success", "code": "200"}, s.request_rate,
+                       start, end))
     out.append(gauge("gateway_requests_in_flight", gw, s.request_rate * 2, start, end))
     if s.queue_p95_seconds is None:
         return out
@@ -103,6 +122,8 @@ def situation_series(s: Situation, start: float, end: float) -> list[Series]:
         gauge("inferwatch_triton_model_preferred_batch_size_max", col, s.max_batch_size, start, end),
         gauge("inferwatch_triton_model_dynamic_batching_enabled", col, 1, start, end),
     ]
+    if s.max_queue_delay_seconds is not None:
+        out.append(gauge("inferwatch_triton_model_max_queue_delay_seconds", col, s.max_queue_delay_seconds, start, end))
     gpu = {"job": "inferwatch-gpu", "instance": f"{s.node}:9400", "node": s.node, "gpu": "0",
            "UUID": f"GPU-{s.node}", "Hostname": s.node, "modelName": "NVIDIA H100 80GB HBM3"}
     out.append(gauge("DCGM_FI_DEV_GPU_UTIL", gpu, s.gpu_util_percent, start, end))
@@ -125,14 +146,81 @@ def metrics_port_blocked_series(start: float, end: float) -> list[Series]:
     ]
 
 
+# GPU temperature situations: node -> [(UUID, temperature °C, utilisation %)]. node-solo has one GPU, so
+# there is no neighbour to compare with; node-rack has a cool neighbour; node-hot's GPUs are all hot.
+GPU_HEAT = {
+    "node-solo": [("GPU-solo-0", 90.0, 20.0)],
+    "node-rack": [("GPU-rack-0", 90.0, 20.0), ("GPU-rack-1", 60.0, 25.0)],
+    "node-hot": [("GPU-hot-0", 90.0, 20.0), ("GPU-hot-1", 84.0, 25.0)],
+}
+
+
+def gpu_heat_series(start: float, end: float) -> list[Series]:
+    out: list[Series] = []
+    for node, gpus in GPU_HEAT.items():
+        for i, (uuid, temperature, util) in enumerate(gpus):
+            labels = {"job": "inferwatch-gpu", "instance": f"{node}:9400", "node": node, "gpu": str(i), "UUID": uuid,
+                      "Hostname": node}
+            out += [gauge("DCGM_FI_DEV_GPU_TEMP", labels, temperature, start, end),
+                    gauge("DCGM_FI_DEV_GPU_UTIL", labels, util, start, end),
+                    gauge("inferwatch_gpu_up", labels, 1, start, end)]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionRun:
+    """A model failing with BACKEND errors on `failing_version`, which became READY `loaded_before_s` before
+    the end of the data while `watched_s` of collector data exist; earlier versions READY all along."""
+
+    model: str
+    node: str
+    watched_s: float
+    loaded_before_s: float
+    failing_version: str = "2"
+    earlier_versions: tuple[str, ...] = ("1",)
+
+
+VERSION_RUNS = [
+    # A four-minute run (the demo's length): everything, the failing version included, READY from the
+    # collector's first poll. Its load time is unknown; "loaded in the last hour" must not mean "new".
+    VersionRun("llm-fresh", "node-i", watched_s=240, loaded_before_s=240, failing_version="1", earlier_versions=()),
+    # Version 2 became READY 3 min before the fault, version 1 served before: new-version-errors.
+    VersionRun("llm-newver", "node-l", watched_s=1800, loaded_before_s=180),
+    # Version 2 became READY 25 min before the fault and served cleanly since: not the new version.
+    VersionRun("llm-oldver", "node-m", watched_s=1800, loaded_before_s=1500),
+]
+
+
+def version_run_series(run: VersionRun, end: float) -> list[Series]:
+    start, loaded = end - run.watched_s, end - run.loaded_before_s
+    triton = f"triton-{run.node}"
+    col = {"job": "inferwatch-triton", "instance": "collector:9401", "node": run.node, "triton": triton}
+    tri = {"job": "triton", "instance": f"{run.node}:8002", "node": run.node, "triton": triton, "model": run.model}
+    out = [gauge("inferwatch_triton_up", col, 1, start, end)]
+    for version in run.earlier_versions:
+        out.append(gauge("inferwatch_triton_model_ready", {**col, "model": run.model, "version": version}, 1, start, end))
+        out.append(counter("nv_inference_request_success", {**tri, "version": version}, 10.0, start, end))
+    v = {**tri, "version": run.failing_version}
+    out.append(gauge("inferwatch_triton_model_ready", {**col, "model": run.model, "version": run.failing_version}, 1,
+                     loaded, end))
+    # Clean traffic on the failing version until 2 min before the end, then 30 % backend errors.
+    fault = end - 120
+    out.append(counter("nv_inference_request_success", v, 10.0, loaded, end))
+    out.append(gauge("nv_inference_request_failure", {**v, "reason": "BACKEND"},  # a counter from 0 at `fault`
+                     lambda t: max(0.0, 3.0 * (t - fault)), loaded, end))
+    return out
+
+
 def all_series(now: float | None = None, minutes: int = 30) -> list[Series]:
     """Every situation's series for the `minutes` before `now` (default: the current time)."""
     end = (now or time.time()) - 5
     start = end - minutes * 60
     series: list[Series] = []
-    for s in SITUATIONS:
+    for s in [*SITUATIONS, HEALTHY_LLM, SHORT_QUEUE_CLASSIFIER]:
         series += situation_series(s, start, end)
-    return series + metrics_port_blocked_series(start, end)
+    for run in VERSION_RUNS:
+        series += version_run_series(run, end)
+    return series + metrics_port_blocked_series(start, end) + gpu_heat_series(start, end)
 
 
 def start_prepared_prometheus(workdir: Path) -> PrometheusServer:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry
@@ -23,8 +24,11 @@ from inferwatch.exporters.gateway.exchange import Exchange
 from inferwatch.exporters.gateway.labels import LabelPolicy
 from inferwatch.exporters.gateway.meter import RequestMeter, Usage
 from inferwatch.exporters.gateway.metrics import GatewayMetrics
-from inferwatch.exporters.gateway.protocols import classify
+from inferwatch.exporters.gateway.routes import Classifier, Route
 from inferwatch.spec import Spec
+
+log = logging.getLogger(__name__)
+_MAX_LOGGED_KINDS = 64  # distinct (reason, model, detail) log lines per process; then counted only
 
 
 class Gateway:
@@ -39,19 +43,37 @@ class Gateway:
         self.metrics = GatewayMetrics(registry)
         self.labels = LabelPolicy(self.spec)
         self.usage_sink = usage_sink
+        self.classifier = Classifier(self.spec.gateway.llm_models)
+        self.max_answer_bytes = self.spec.gateway.max_answer_bytes
+        self._logged: set[tuple[str, str, str]] = set()
+
+    def route(self, method: str, path: str, body: bytes = b"") -> Route | None:
+        """The Route of a request (`path` percent-decoded), or None when it is not metered."""
+        return self.classifier.classify(method, path, body)
 
     def exchange(self, method: str, path: str, headers: Mapping[str, str], body: bytes,
                  started: float | None = None) -> Exchange | None:
         """Start metering an HTTP exchange, or None when the path is not an LLM route (pass through).
 
-        `headers` must be case-insensitive (aiohttp's CIMultiDict, or a dict with lower-case keys looked up
-        through `labels.from_headers`); `started` is the arrival time on time.perf_counter's clock.
+        `path` is percent-decoded (routes.decoded_path of the canonical target). `headers` must be
+        case-insensitive (aiohttp's CIMultiDict, or a dict with lower-case keys looked up through
+        `labels.from_headers`); `started` is the arrival time on time.perf_counter's clock.
         """
-        route = classify(method, path, body)
+        route = self.route(method, path, body)
         if route is None:
             return None
         series = self.metrics.series(*self.labels.from_headers(headers, route.model))
-        return Exchange(route, RequestMeter(series, streamed=False, started=started), self.usage_sink)
+        return Exchange(route, RequestMeter(series, streamed=False, started=started), self.usage_sink,
+                        self.max_answer_bytes, self._unmetered)
+
+    def _unmetered(self, reason: str, model: str, detail: str) -> None:
+        """One log line for the first unmetered answer of each kind; the counter counts every one."""
+        key = (reason, model, detail)
+        if key in self._logged or len(self._logged) >= _MAX_LOGGED_KINDS:
+            return
+        self._logged.add(key)
+        log.warning("model %s: answer forwarded unmetered (%s: %s); further ones like it are only counted in "
+                    "gateway_unmetered_responses_total{reason=\"%s\"}", model, reason, detail, reason)
 
     @contextlib.contextmanager
     def request(self, *, tenant: str | None = None, service: str | None = None, model: str | None = None,

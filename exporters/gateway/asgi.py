@@ -14,7 +14,6 @@ import asyncio
 import time
 
 from inferwatch.exporters.gateway.api import Gateway
-from inferwatch.exporters.gateway.protocols import classify
 
 
 class GatewayMiddleware:
@@ -23,7 +22,8 @@ class GatewayMiddleware:
         self.gateway = gateway
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or classify(scope["method"], scope["path"], b"") is None:
+        # scope["path"] is what the app routes on, so it is what is classified (body-less first look).
+        if scope["type"] != "http" or self.gateway.route(scope["method"], scope["path"]) is None:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
@@ -46,11 +46,8 @@ class GatewayMiddleware:
         async def metered_send(message):
             kind = message["type"]
             if kind == "http.response.start":
-                ctype = None
-                for k, v in message.get("headers", ()):
-                    if k.lower() == b"content-type":
-                        ctype = v.decode("latin-1")
-                ex.response_start(message["status"], ctype)
+                fields = {k.lower(): v.decode("latin-1") for k, v in message.get("headers", ())}
+                ex.response_start(message["status"], fields.get(b"content-type"), fields.get(b"content-encoding"))
                 await send(message)
             elif kind == "http.response.body":
                 now = time.perf_counter()

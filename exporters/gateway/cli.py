@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
 
 from inferwatch.cli import UsageError, add_service_args, add_spec_arg, port
 from inferwatch.spec import load_spec
@@ -14,10 +14,13 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "gateway", help="L3 gateway exporter: streaming proxy measuring TTFT, ITL, tokens per tenant",
         description="Streaming reverse proxy in front of Triton or an OpenAI-compatible server. Forwards every "
-                    "request unchanged; meters Triton generate/generate_stream/infer and OpenAI "
-                    "/v1/chat/completions and /v1/completions; serves gateway_* metrics on --metrics-port.")
+                    "request unchanged (paths made canonical; %2F refused with 400); meters OpenAI "
+                    "/v1/chat/completions and /v1/completions, and Triton generate/generate_stream (every model) "
+                    "or, when the spec lists gateway.llm_models, generate/generate_stream/infer of those models; "
+                    "serves gateway_* metrics on --metrics-port.")
     p.add_argument("--upstream", required=True, metavar="URL",
-                   help="base URL requests are forwarded to, e.g. http://triton:8000")
+                   help="base URL requests are forwarded to, e.g. http://triton:8000; user:password@ in it is "
+                        "sent as HTTP Basic auth and never logged")
     add_service_args(p, 8080)
     p.add_argument("--metrics-port", type=port, default=9402,
                    help="port serving /metrics on the same --host, 1-65535 (default 9402)")
@@ -33,9 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from inferwatch.exporters.gateway.proxy import Proxy
     from inferwatch.exporters.gateway.server import run_forever, usage_writer
 
-    parsed = urlparse(args.upstream)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise UsageError(f"--upstream: expected an http(s) URL such as http://127.0.0.1:8000, got {args.upstream!r}")
+    check_upstream(args.upstream)
     if args.port == args.metrics_port:
         raise UsageError(f"--port and --metrics-port must differ (both {args.port})")
     spec = load_spec(args.spec)
@@ -49,3 +50,16 @@ def run(args: argparse.Namespace) -> int:
     proxy = Proxy(Gateway(spec, usage_sink=sink), args.upstream)
     run_forever(proxy, args.host, args.port, args.metrics_port)
     return 0
+
+
+def check_upstream(url: str) -> None:
+    """Raise UsageError unless `url` is an http(s) URL with a host and a valid port. The message never
+    echoes the value whole: it may hold credentials (user:password@)."""
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port  # .port raises ValueError when it is not 0-65535
+    except ValueError as exc:
+        raise UsageError(f"--upstream: {exc} (the URL is not shown: it may hold credentials)") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise UsageError("--upstream: expected an http(s) URL with a host, such as http://127.0.0.1:8000 "
+                         "(the value given is not shown: it may hold credentials)")

@@ -3,61 +3,120 @@
 It turns "response started", "body bytes arrived" and "ended (how)" into RequestMeter calls through the
 protocol readers, and decides the outcome:
 - `cancelled` (client went away) and `timeout` (upstream too slow) are given by the caller;
-- `error`: HTTP status ≥ 400, an error event or error body, or an OpenAI stream that ended without `[DONE]`
-  or a stream the upstream cut;
+- `error`: HTTP status ≥ 400, an error event or error body, a stream that did not end well (protocols.py:
+  an OpenAI stream with neither `[DONE]` nor a finish_reason, error_type `truncated`) or a stream the
+  upstream cut;
 - `ok` otherwise.
+
+The body is read from a copy: a Content-Encoding is undone on the copy (decoding.py). What cannot be read,
+an encoding that does not decode or an answer (or one event) above `max_answer_bytes`, stops the metering
+of that exchange only: the answer still reaches the client, the request is counted with its HTTP outcome,
+its tokens are unknown, and gateway_unmetered_responses_total{reason} counts it.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
+from inferwatch.exporters.gateway.decoding import TooLarge, Undecodable, decoder_for
 from inferwatch.exporters.gateway.meter import RequestMeter, Usage
-from inferwatch.exporters.gateway.protocols import Route, reader_for
-from inferwatch.exporters.gateway.sse import SseSplitter
+from inferwatch.exporters.gateway.protocols import reader_for
+from inferwatch.exporters.gateway.routes import Route
+from inferwatch.exporters.gateway.sse import EventTooLarge, SseSplitter
 
-# Non-streamed bodies are parsed for usage; beyond this size they are forwarded but not parsed.
-MAX_PARSED_BODY = 16 * 1024 * 1024
+DEFAULT_MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class Exchange:
-    __slots__ = ("route", "meter", "reader", "status", "sse", "splitter", "_body", "_body_size", "_sink")
+    __slots__ = ("route", "meter", "reader", "status", "sse", "splitter", "decoder", "limit", "_body",
+                 "_body_size", "_sink", "_on_unmetered")
 
-    def __init__(self, route: Route, meter: RequestMeter, sink=None):
+    def __init__(self, route: Route, meter: RequestMeter, sink: Callable[[Usage], None] | None = None,
+                 limit: int = DEFAULT_MAX_ANSWER_BYTES,
+                 on_unmetered: Callable[[str, str, str], None] | None = None):
+        """`limit`: most bytes held to read a non-streamed answer or one event; `on_unmetered(reason, model,
+        detail)` is told when metering stops (the proxy logs the first of each kind)."""
         self.route = route
         self.meter = meter
         self.reader = reader_for(route, meter)
         self.status = 0
         self.sse = False
         self.splitter: SseSplitter | None = None
+        self.decoder = None
+        self.limit = limit
         self._body: list[bytes] = []
         self._body_size = 0
         self._sink = sink
+        self._on_unmetered = on_unmetered
 
-    def response_start(self, status: int, content_type: str | None) -> None:
-        """The upstream (or app) answered `status` with `content_type`."""
+    @property
+    def metering(self) -> bool:
+        return self.meter.unmetered is None
+
+    def response_start(self, status: int, content_type: str | None, content_encoding: str | None = None) -> None:
+        """The upstream (or app) answered `status` with `content_type` and `content_encoding`."""
         self.status = status
         self.sse = status < 400 and (content_type or "").startswith("text/event-stream")
         self.meter.streamed = self.sse
         if self.sse:
-            self.splitter = SseSplitter()
+            self.splitter = SseSplitter(self.limit)
+        try:
+            self.decoder = decoder_for(content_encoding)
+        except Undecodable as exc:
+            self.stop("encoding", str(exc))
+
+    def stop(self, reason: str, detail: str) -> None:
+        """Stop reading this answer (`reason`: encoding|too_large); counted once for the exchange."""
+        if not self.metering:
+            return
+        self.meter.stop_metering(reason)
+        self.meter.series.count_unmetered(reason)
+        self._body = []
+        self.splitter = None
+        if self._on_unmetered is not None:
+            self._on_unmetered(reason, self.meter.series.key[1], detail)
 
     def chunk(self, data: bytes, now: float | None = None) -> None:
         """Response body bytes, in the order sent. For SSE each completed event is read as it arrives."""
+        if self.meter.unmetered is not None:
+            return
+        if self.decoder is not None:
+            budget = self.limit if self.sse else self.limit - self._body_size
+            try:
+                data = self.decoder.feed(data, budget)
+            except Undecodable as exc:
+                self.stop("encoding", f"{exc}")
+                return
+            except TooLarge:
+                self.stop("too_large", f"decoded answer above {self.limit} bytes")
+                return
         if self.sse:
             if now is None:
                 now = time.perf_counter()
             event = self.reader.event
-            for payload in self.splitter.feed(data):
+            try:
+                events = self.splitter.feed(data)
+            except EventTooLarge:
+                self.stop("too_large", f"stream event above {self.limit} bytes")
+                return
+            for payload in events:
                 event(payload, now)
-        elif self._body_size <= MAX_PARSED_BODY:
-            self._body.append(bytes(data))
+        elif data:
             self._body_size += len(data)
+            if self._body_size > self.limit:
+                self.stop("too_large", f"answer above {self.limit} bytes")
+                return
+            self._body.append(bytes(data))
 
     def parse_body(self, now: float | None = None) -> None:
         """Read a non-streamed body received so far (once): its token counts and error, for X-Token-Used."""
-        if not self.sse and self._body and self.status < 400 and self._body_size <= MAX_PARSED_BODY:
-            self.reader.body(b"".join(self._body), time.perf_counter() if now is None else now)
+        if not self.sse and self._body and self.metering:
+            body = b"".join(self._body)
+            if self.status < 400:
+                self.reader.body(body, time.perf_counter() if now is None else now)
+            else:
+                self.reader.error_body(body)
         self._body = []
 
     def finish(self, outcome: str | None = None, code: int | None = None, now: float | None = None) -> Usage | None:
@@ -65,16 +124,24 @@ class Exchange:
         now = time.perf_counter() if now is None else now
         self.meter.upstream_end(now)
         self.parse_body(now)
+        reader = self.reader
         if outcome is None:
-            if self.status >= 400 or self.reader.error:
+            if self.status >= 400 or reader.error:
                 outcome = "error"
-            elif self.sse and not self.reader.complete:
+            elif self.sse and self.metering and not reader.ended_well:
                 outcome = "error"
+                reader.error_type = reader.error_type or "truncated"
             else:
                 outcome = "ok"
         if self.meter.method is None and 200 <= self.status < 300 and outcome == "ok":
             self.meter.method = "none"
-        usage = self.meter.finish(outcome, code if code is not None else self.status, now)
+        label_code = None
+        if reader.error or (outcome == "error" and reader.error_type):
+            self.meter.error_code, self.meter.error_type = reader.error_code, reader.error_type
+            if code is None and self.status < 400:
+                # An error object sent under 200 (mid-stream): its own code is the truer one.
+                label_code = reader.error_code
+        usage = self.meter.finish(outcome, code if code is not None else self.status, now, label_code)
         if usage is not None and self._sink is not None:
             self._sink(usage)
         return usage

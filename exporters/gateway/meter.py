@@ -26,17 +26,27 @@ from inferwatch.exporters.gateway.metrics import Series
 
 @dataclasses.dataclass(frozen=True)
 class Usage:
-    """What one finished request consumed: its record for billing (see README, "Token counts for billing")."""
+    """What one finished request consumed: its record for billing (see README, "Token counts for billing").
+
+    `input_tokens` / `output_tokens` are None when the upstream revealed no count (unknown, never 0);
+    `code` is the HTTP status the client got; `error_code` / `error_type` are what the upstream's error object
+    said (e.g. 500 / "InternalServerError" sent mid-stream under 200), or error_type "truncated" for a stream
+    that ended without its end marker; `unmetered` names why the answer could not be read (encoding,
+    too_large), else None.
+    """
 
     tenant: str
     model: str
     tier: str
     outcome: str
     code: int
-    input_tokens: int
-    output_tokens: int
+    input_tokens: int | None
+    output_tokens: int | None
     method: str | None
     duration_seconds: float
+    error_code: int | str | None = None
+    error_type: str | None = None
+    unmetered: str | None = None
 
 
 class RequestMeter:
@@ -48,7 +58,7 @@ class RequestMeter:
 
     __slots__ = ("series", "streamed", "clock", "started", "first_token_at", "last_token_at", "counted_tokens",
                  "exact_output_tokens", "input_tokens", "method", "upstream_started", "upstream_duration",
-                 "finished")
+                 "finished", "unmetered", "error_code", "error_type")
 
     def __init__(self, series: Series, streamed: bool, clock=time.perf_counter, started: float | None = None):
         self.series = series
@@ -59,11 +69,14 @@ class RequestMeter:
         self.last_token_at = 0.0
         self.counted_tokens = 0
         self.exact_output_tokens: int | None = None
-        self.input_tokens = 0
+        self.input_tokens: int | None = None  # None: the upstream did not say (unknown is not zero)
         self.method: str | None = None
         self.upstream_started: float | None = None
         self.upstream_duration: float | None = None
         self.finished = False
+        self.unmetered: str | None = None
+        self.error_code: int | str | None = None
+        self.error_type: str | None = None
         series.in_flight.inc()
 
     def tokens(self, n: int, now: float | None = None) -> None:
@@ -97,12 +110,26 @@ class RequestMeter:
         if self.upstream_started is not None and self.upstream_duration is None:
             self.upstream_duration = (self.clock() if now is None else now) - self.upstream_started
 
-    @property
-    def output_tokens(self) -> int:
-        return self.exact_output_tokens if self.exact_output_tokens is not None else self.counted_tokens
+    def stop_metering(self, reason: str) -> None:
+        """The answer cannot be read (`reason`: encoding|too_large): its token counts become unknown."""
+        self.unmetered = reason
+        self.method = "none"
 
-    def finish(self, outcome: str, code: int, now: float | None = None) -> Usage | None:
-        """Record the request's end. `outcome`: ok|error|cancelled|timeout; `code`: HTTP status sent."""
+    @property
+    def output_tokens(self) -> int | None:
+        """The upstream's exact count, else the count from events; None when unknown (unmetered, or a
+        non-streamed answer that revealed no count)."""
+        if self.unmetered is not None:
+            return None
+        if self.exact_output_tokens is not None:
+            return self.exact_output_tokens
+        return self.counted_tokens if self.method == "events" or self.streamed else None
+
+    def finish(self, outcome: str, code: int, now: float | None = None,
+               label_code: int | str | None = None) -> Usage | None:
+        """Record the request's end. `outcome`: ok|error|cancelled|timeout; `code`: HTTP status sent. The metric's
+        code label is `label_code` when given (an upstream error object's code sent under 200), else `code`;
+        either is bounded to the known codes (metrics.code_label)."""
         if self.finished:
             return None
         self.finished = True
@@ -114,19 +141,21 @@ class RequestMeter:
         if self.upstream_started is not None:
             self.upstream_end(now)
             s.upstream_duration.observe(self.upstream_duration)
-        s.count_request(code, outcome)
+        s.count_request(code if label_code is None else label_code, outcome)
         out = self.output_tokens
+        inputs = None if self.unmetered is not None else self.input_tokens
         if out:
-            s.output_tokens_total.inc(out)
-        if self.input_tokens:
-            s.input_tokens_total.inc(self.input_tokens)
+            s.add_tokens("output", out)
+        if inputs:
+            s.add_tokens("input", inputs)
         if self.method is not None:
             s.count_method(self.method)
-        if outcome == "ok" and out > 0:
+        if outcome == "ok" and out:
             s.output_tokens.observe(out)
             if duration > 0:
                 s.tokens_per_second.observe(out / duration)
             if self.streamed and out >= 2 and self.first_token_at is not None:
                 s.tpot.observe((self.last_token_at - self.first_token_at) / (out - 1))
         tenant, model, tier = s.key
-        return Usage(tenant, model, tier, outcome, code, self.input_tokens, out, self.method, duration)
+        return Usage(tenant, model, tier, outcome, code, inputs, out, self.method, duration, self.error_code,
+                     self.error_type, self.unmetered)

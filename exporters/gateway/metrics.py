@@ -12,6 +12,8 @@ the rules generator may use (0.1, 0.2, 0.25, 0.3, 0.5, 1, 2, 5, 10, 20 s; CONVEN
 
 from __future__ import annotations
 
+import http
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4,
@@ -35,6 +37,17 @@ OUTCOMES = ("ok", "error", "cancelled", "timeout")
 #   none        – a successful response that revealed no count (e.g. non-streamed Triton output without a
 #                 count field): such requests are not metered, and this series makes that visible.
 METHODS = ("usage", "count_field", "events", "none")
+# Why an answer was forwarded without being read (gateway_unmetered_responses_total{reason}).
+UNMETERED_REASONS = ("encoding", "too_large")
+# The code label's values: the registered HTTP status codes and nginx's 499 (client closed request); any
+# other code, e.g. an upstream error object's "code": "rate_limit_exceeded", is "other".
+KNOWN_CODES = frozenset({str(int(s)) for s in http.HTTPStatus} | {"499"})
+
+
+def code_label(code: int | str | None) -> str:
+    """The bounded `code` label value for an HTTP status or an upstream error object's code."""
+    text = str(code).strip() if code is not None and not isinstance(code, bool) else ""
+    return text if text in KNOWN_CODES else "other"
 
 
 class GatewayMetrics:
@@ -72,6 +85,9 @@ class GatewayMetrics:
                                registry=r)
         self.count_method = Counter("gateway_token_count_method", "Requests by how their output tokens were counted "
                                     "(usage|count_field exact, events counted).", ("model", "method"), registry=r)
+        self.unmetered = Counter("gateway_unmetered_responses", "LLM answers forwarded without being read, so their "
+                                 "tokens are unknown: reason=encoding (a Content-Encoding that cannot be decoded) "
+                                 "or too_large (above gateway.max_answer_bytes).", ("model", "reason"), registry=r)
         self._series: dict[tuple[str, str, str], Series] = {}
 
     def series(self, tenant: str, model: str, tier: str) -> "Series":
@@ -86,7 +102,7 @@ class Series:
     """Children of every family for one (tenant, model, tier): label lookups happen once, not per token."""
 
     __slots__ = ("metrics", "key", "duration", "upstream_duration", "ttft", "itl", "tpot", "output_tokens",
-                 "tokens_per_second", "input_tokens_total", "output_tokens_total", "in_flight")
+                 "tokens_per_second", "_tokens", "in_flight")
 
     def __init__(self, metrics: GatewayMetrics, key: tuple[str, str, str]):
         self.metrics = metrics
@@ -98,12 +114,22 @@ class Series:
         self.tpot = metrics.tpot.labels(*key)
         self.output_tokens = metrics.output_tokens.labels(*key)
         self.tokens_per_second = metrics.tokens_per_second.labels(*key)
-        self.input_tokens_total = metrics.tokens.labels(*key, "input")
-        self.output_tokens_total = metrics.tokens.labels(*key, "output")
+        # Token counters are created on first use: a series never told a count has no sample (not 0).
+        self._tokens: dict[str, Counter] = {}
         self.in_flight = metrics.in_flight.labels(*key)
 
-    def count_request(self, code: int, outcome: str) -> None:
-        self.metrics.requests.labels(*self.key, str(code), outcome).inc()
+    def count_request(self, code: int | str, outcome: str) -> None:
+        self.metrics.requests.labels(*self.key, code_label(code), outcome).inc()
+
+    def add_tokens(self, kind: str, n: int) -> None:
+        """Add `n` tokens of `kind` (input|output) to gateway_tokens_total."""
+        child = self._tokens.get(kind)
+        if child is None:
+            child = self._tokens[kind] = self.metrics.tokens.labels(*self.key, kind)
+        child.inc(n)
+
+    def count_unmetered(self, reason: str) -> None:
+        self.metrics.unmetered.labels(self.key[1], reason).inc()
 
     def count_method(self, method: str) -> None:
         self.metrics.count_method.labels(self.key[1], method).inc()

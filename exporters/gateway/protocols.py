@@ -1,58 +1,40 @@
-"""Which requests are LLM requests, and how each protocol's responses reveal tokens and errors.
+"""How each protocol's responses reveal tokens, errors and a complete end (routes.py says which are metered).
 
-Routes (everything else passes through unmetered):
-- Triton `POST /v2/models/<m>[/versions/<v>]/generate_stream` (SSE) and `/generate`, `/infer` (JSON);
-- OpenAI-compatible `POST /v1/chat/completions` and `/v1/completions`, streamed when the body says
-  `"stream": true`.
+What counts as generated output (one rule, so a field a server renames or adds is not silently dropped):
+- OpenAI-compatible chat chunk: a choice whose `delta` has any non-empty field other than `role`
+  (`content`, `reasoning_content`, `reasoning`, `tool_calls`, `function_call`, `refusal`, `audio`, and
+  whatever comes next); "", null, [] and {} are empty. A completions chunk: a non-empty `choices[].text`.
+- Triton: an event with a non-empty `text_output`, or the model's cumulative `output_token_count`.
 
-Wire facts (research/llm_metrics.md §6): Triton streams `data: {json}\\n\\n` per response with no `[DONE]`;
-an error after the stream began is `data: {"error": ...}` under HTTP 200, and a non-streamed `/generate`
-may also answer 200 with an `error` body. OpenAI streams end with `data: [DONE]`; with
-`stream_options.include_usage` a last chunk with empty `choices` carries `usage`, and an interrupted
-stream may never send it; a stream without `[DONE]` is incomplete (an error).
+What ends a stream well (else it is an error, `truncated`):
+- OpenAI-compatible: `data: [DONE]`, or a clean end of the body after every choice seen got a
+  `finish_reason` (several servers close the stream without `[DONE]`).
+- Triton: a clean end of the body (Triton sends no end marker).
+
+Errors: an event or body with a truthy `error` member, or an SSE event named `error`. Its `code` and `type`
+are kept (OpenAI/vLLM `{"error": {"message", "type", "code"}}`; TGI `{"error": "...", "error_type": "..."}`;
+Triton `{"error": "..."}` has neither).
+
+Wire facts (README, "Which servers are metered how"): Triton streams `data: {json}\\n\\n` per response with no
+`[DONE]`; an error after the stream began is `data: {"error": ...}` under HTTP 200, and a non-streamed
+`/generate` may also answer 200 with an `error` body. OpenAI streams end with `data: [DONE]`; with
+`stream_options.include_usage` a last chunk with empty `choices` carries `usage`, and an interrupted stream
+may never send it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import re
 
 from inferwatch.exporters.gateway.meter import RequestMeter
+from inferwatch.exporters.gateway.routes import Route
+from inferwatch.exporters.gateway.sse import ErrorEvent
 
-_TRITON_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/(generate_stream|generate|infer)$")
-_OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions")
 # Triton output carrying the cumulative exact token count (toy_llm; name it the same in your model).
 COUNT_FIELD = b'"output_token_count":'
 INPUT_COUNT_FIELD = b'"input_token_count":'
-
-
-@dataclasses.dataclass(frozen=True)
-class Route:
-    """A metered request: `protocol` is "triton" or "openai"; `model` as the client named it (or None)."""
-
-    protocol: str
-    endpoint: str
-    model: str | None
-
-
-def classify(method: str, path: str, body: bytes) -> Route | None:
-    """The Route of a request, or None when the gateway only passes it through."""
-    if method != "POST":
-        return None
-    m = _TRITON_PATH.match(path)
-    if m:
-        return Route("triton", m.group(2), m.group(1))
-    if path in _OPENAI_PATHS:
-        model = None
-        try:
-            doc = json.loads(body) if body else None
-        except ValueError:
-            doc = None
-        if isinstance(doc, dict) and isinstance(doc.get("model"), str):
-            model = doc["model"]
-        return Route("openai", path.rsplit("/", 1)[1], model)
-    return None
+# Delta fields that describe a chunk rather than carry generated output.
+NOT_OUTPUT = frozenset(("role",))
 
 
 def _int_after(data: bytes, field: bytes) -> int | None:
@@ -73,32 +55,80 @@ def _int_after(data: bytes, field: bytes) -> int | None:
     return int(data[i:j]) if j > i else None
 
 
-def _is_error(data: bytes) -> bool:
-    if b'"error"' not in data:  # cheap guard: most events never mention it
-        return False
+class _Reader:
+    """What every protocol reader records: an error (with the upstream's code and type) and completeness."""
+
+    __slots__ = ("meter", "error", "error_code", "error_type", "complete")
+
+    def __init__(self, meter: RequestMeter, complete: bool):
+        self.meter = meter
+        self.error = False
+        self.error_code: int | str | None = None
+        self.error_type: str | None = None
+        self.complete = complete
+
+    def _fail(self, doc) -> None:
+        """Record an error from a JSON document (or None when the error's body is not JSON)."""
+        self.error = True
+        err = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(err, dict):
+            code, kind = err.get("code"), err.get("type")
+        else:
+            code, kind = None, doc.get("error_type") if isinstance(doc, dict) else None
+        if isinstance(code, (int, str)) and not isinstance(code, bool):
+            self.error_code = code if isinstance(code, int) else code[:64]
+        if isinstance(kind, str):
+            self.error_type = kind[:64]
+
+    @property
+    def ended_well(self) -> bool:
+        return self.complete
+
+    def _error_event(self, data: bytes) -> None:
+        """An `event: error` (its data may be the error object itself) or an error body."""
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and "error" not in doc:
+            doc = {"error": doc}
+        self._fail(doc)
+
+    def error_body(self, data: bytes) -> None:
+        """An error answer (HTTP status ≥ 400): keep its code and type when it says them."""
+        if b'"error' in data:
+            self._error_event(data)
+
+
+def _is_error(data: bytes):
+    """The parsed document when `data` is an error object, else None (cheap guard first)."""
+    if b'"error"' not in data:  # most events never mention it
+        return None
     try:
         doc = json.loads(data)
     except ValueError:
-        return False
-    return isinstance(doc, dict) and bool(doc.get("error"))
+        return None
+    return doc if isinstance(doc, dict) and doc.get("error") else None
 
 
-class TritonEvents:
+class TritonEvents(_Reader):
     """Reads Triton generate responses. With the count field every event's tokens are exact
     (cumulative count minus the previous one); without it, an event with non-empty `text_output` is one token.
     """
 
-    __slots__ = ("meter", "error", "complete", "_cumulative")
+    __slots__ = ("_cumulative",)
 
     def __init__(self, meter: RequestMeter):
-        self.meter = meter
-        self.error = False
-        self.complete = True  # a Triton stream has no end marker: ending cleanly is completion
+        super().__init__(meter, complete=True)  # no end marker: ending cleanly is completion
         self._cumulative = 0
 
     def event(self, data: bytes, now: float) -> None:
-        if _is_error(data):
-            self.error = True
+        if type(data) is ErrorEvent:
+            self._error_event(data)
+            return
+        doc = _is_error(data)
+        if doc is not None:
+            self._fail(doc)
             return
         total = _int_after(data, COUNT_FIELD)
         if total is not None:
@@ -108,15 +138,14 @@ class TritonEvents:
             self.meter.tokens(n, now)
         elif b'"text_output"' in data and b'"text_output":""' not in data:
             self.meter.tokens(1, now)
-        if not self.meter.input_tokens:
-            inputs = _int_after(data, INPUT_COUNT_FIELD)
-            if inputs:
-                self.meter.input_tokens = inputs
+        if self.meter.input_tokens is None:
+            self.meter.input_tokens = _int_after(data, INPUT_COUNT_FIELD)
 
     def body(self, data: bytes, now: float) -> None:
         """A whole non-streamed response (/generate or /infer)."""
-        if _is_error(data):
-            self.error = True
+        doc = _is_error(data)
+        if doc is not None:
+            self._fail(doc)
             return
         total = _int_after(data, COUNT_FIELD)
         if total is None and b'"outputs"' in data:
@@ -125,18 +154,20 @@ class TritonEvents:
             self.meter.set_exact_output_tokens(total, "count_field")
             self.meter.tokens(total, now)
         inputs = _int_after(data, INPUT_COUNT_FIELD)
-        if inputs:
+        if inputs is None and b'"outputs"' in data:
+            inputs = _infer_output_count(data, "input_token_count")
+        if inputs is not None:
             self.meter.input_tokens = inputs
 
 
-def _infer_output_count(data: bytes) -> int | None:
-    """`output_token_count` from a KServe v2 /infer response: {"outputs": [{"name", "data": [N]}]}."""
+def _infer_output_count(data: bytes, name: str = "output_token_count") -> int | None:
+    """The count output `name` of a KServe v2 /infer response: {"outputs": [{"name", "data": [N]}]}."""
     try:
         doc = json.loads(data)
     except ValueError:
         return None
     for out in doc.get("outputs") or () if isinstance(doc, dict) else ():
-        if isinstance(out, dict) and out.get("name") == "output_token_count":
+        if isinstance(out, dict) and out.get("name") == name:
             values = out.get("data") or [None]
             return values[-1] if isinstance(values[-1], int) else None
     return None
@@ -145,11 +176,12 @@ def _infer_output_count(data: bytes) -> int | None:
 def _choice_tokens(choice: dict) -> int:
     delta = choice.get("delta")
     if isinstance(delta, dict):
-        has = delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls") \
-            or delta.get("refusal")
-    else:
-        has = choice.get("text")
-    if not has:
+        for key, value in delta.items():
+            if value and key not in NOT_OUTPUT:
+                break
+        else:
+            return 0
+    elif not choice.get("text"):
         return 0
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict):
@@ -160,23 +192,26 @@ def _choice_tokens(choice: dict) -> int:
     return 1
 
 
-class OpenAIEvents:
+class OpenAIEvents(_Reader):
     """Reads OpenAI-compatible chunks. Tokens per event: the cumulative `usage.completion_tokens` delta when
     the upstream sends usage on every chunk (vLLM `continuous_usage_stats`), else the number of token
-    logprobs, else one per non-empty choice. A final `usage` makes the request's total exact.
+    logprobs, else one per choice with generated output. A final `usage` makes the request's total exact.
     """
 
-    __slots__ = ("meter", "error", "complete", "_usage_cumulative")
+    __slots__ = ("_usage_cumulative", "_unfinished", "_finished")
 
     def __init__(self, meter: RequestMeter):
-        self.meter = meter
-        self.error = False
-        self.complete = False  # until [DONE]
+        super().__init__(meter, complete=False)  # until [DONE], or every choice's finish_reason
         self._usage_cumulative = 0
+        self._unfinished: set = set()
+        self._finished = False
 
     def event(self, data: bytes, now: float) -> None:
         if data == b"[DONE]":
             self.complete = True
+            return
+        if type(data) is ErrorEvent:
+            self._error_event(data)
             return
         doc = self._document(data)
         if doc is None:
@@ -185,6 +220,12 @@ class OpenAIEvents:
         for choice in doc.get("choices") or ():
             if isinstance(choice, dict):
                 n += _choice_tokens(choice)
+                index = choice.get("index", 0)
+                if choice.get("finish_reason"):
+                    self._unfinished.discard(index)
+                    self._finished = True
+                elif isinstance(index, int):
+                    self._unfinished.add(index)
         total = self._usage(doc.get("usage"))
         if total is not None:
             delta = total - self._usage_cumulative
@@ -192,6 +233,11 @@ class OpenAIEvents:
             if n and delta > 0:
                 n = delta
         self.meter.tokens(n, now)
+
+    @property
+    def ended_well(self) -> bool:
+        """The stream said it was complete: [DONE], or a finish_reason for every choice it opened."""
+        return self.complete or (self._finished and not self._unfinished)
 
     def body(self, data: bytes, now: float) -> None:
         doc = self._document(data)
@@ -202,7 +248,7 @@ class OpenAIEvents:
             self.meter.tokens(total, now)
 
     def _document(self, data: bytes) -> dict | None:
-        """The JSON object in `data`; None when it is not one, or when it is an error (then sets `error`)."""
+        """The JSON object in `data`; None when it is not one, or when it is an error (then records it)."""
         try:
             doc = json.loads(data)
         except ValueError:
@@ -210,7 +256,7 @@ class OpenAIEvents:
         if not isinstance(doc, dict):
             return None
         if doc.get("error"):
-            self.error = True
+            self._fail(doc)
             return None
         return doc
 

@@ -2,14 +2,22 @@
 
 Responses reach the client byte-for-byte (no decompression, no re-encoding) and each read from the upstream
 is written to the client at once, before it is metered, so a stream is never buffered. Non-streamed LLM
-responses are read whole (they are one JSON document) so that they can carry `X-Token-Used`.
+responses up to spec.gateway.max_answer_bytes are read whole (they are one JSON document) so that they can
+carry `X-Token-Used`; a larger one is forwarded as it arrives, unmetered (exchange.py).
+
+The request target is made canonical first (routes.py): the upstream gets exactly the path that was
+classified, so no spelling of a path bypasses metering; an encoded slash or backslash is refused (400).
 
 Failure answers (JSON `{"error": ...}`; the upstream's address and the exception go to the log only, so
-clients never learn internal addresses): 413 body above spec.gateway.max_body_bytes; 502 upstream
-unreachable or broken; 504 upstream silent for spec.gateway.upstream_timeout (applied to connecting, to the
-response headers and to every gap between reads, so a long stream that keeps producing is never cut).
-A client that disconnects cancels the handler (aiohttp handler_cancellation): the upstream connection is
-closed, which makes Triton cancel the request, and the request counts as `cancelled`.
+clients never learn internal addresses): 400 non-canonical target; 413 body above spec.gateway.max_body_bytes;
+502 upstream unreachable or broken; 504 upstream silent for spec.gateway.upstream_timeout (applied to
+connecting, to the response headers and to every gap between reads, so a long stream that keeps producing is
+never cut). A client that disconnects cancels the handler (aiohttp handler_cancellation): the upstream
+connection is closed, which makes Triton cancel the request, and the request counts as `cancelled`.
+
+Credentials in the upstream URL (`http://user:pass@host:8000`) are sent as HTTP Basic auth (unless the client
+sent its own Authorization) and never appear in a log line, an error text or a metric: the proxy keeps the
+URL without them (`Proxy.upstream`).
 """
 
 from __future__ import annotations
@@ -22,9 +30,11 @@ import time
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from inferwatch.exporters.gateway.api import Gateway
 from inferwatch.exporters.gateway.exchange import Exchange
+from inferwatch.exporters.gateway.routes import BadTarget, canonical_target, decoded_path
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +51,16 @@ def _json_error(status: int, message: str) -> web.Response:
                         content_type="application/json")
 
 
+def split_credentials(url: str) -> tuple[str, aiohttp.BasicAuth | None]:
+    """(`url` without user-info and trailing slash, its credentials as BasicAuth or None)."""
+    parsed = URL(url)
+    auth = None
+    if parsed.user is not None or parsed.password is not None:
+        auth = aiohttp.BasicAuth(parsed.user or "", parsed.password or "")
+        parsed = parsed.with_user(None)
+    return str(parsed).rstrip("/"), auth
+
+
 class Proxy:
     """Forward every request to `upstream` (base URL), metering LLM routes through `gateway`."""
 
@@ -48,7 +68,8 @@ class Proxy:
                  max_body_bytes: int | None = None):
         settings = gateway.spec.gateway
         self.gateway = gateway
-        self.upstream = upstream.rstrip("/")
+        self.upstream, auth = split_credentials(upstream)  # self.upstream is safe to log
+        self._authorization = auth.encode() if auth is not None else None
         self.timeout_s = timeout_s if timeout_s is not None else settings.upstream_timeout.seconds
         self.max_body_bytes = max_body_bytes if max_body_bytes is not None else settings.max_body_bytes
         self.session: aiohttp.ClientSession | None = None
@@ -76,14 +97,20 @@ class Proxy:
     # -------------------------------------------------------------------------------------- handler
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
+        try:
+            target = canonical_target(request.raw_path)
+        except BadTarget as exc:
+            log.info("refused %s request: %s", request.method, exc)
+            return _json_error(400, f"bad request target: {exc}")
+        path = decoded_path(target)
         length = request.content_length
         if length is not None and length > self.max_body_bytes:
-            return self._refuse(request, started, length)
+            return self._refuse(request, path, started, length)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return self._refuse(request, started, None)
-        ex = self.gateway.exchange(request.method, request.path, request.headers, body, started)
+            return self._refuse(request, path, started, None)
+        ex = self.gateway.exchange(request.method, path, request.headers, body, started)
         # A multidict, so a header the client repeats reaches the upstream repeated, not collapsed to one.
         headers = CIMultiDict((k, v) for k, v in request.headers.items()
                               if k.lower() not in _NOT_FORWARDED)
@@ -92,11 +119,14 @@ class Proxy:
             forwarded = f"{forwarded}, {request.remote}" if forwarded else request.remote
         if forwarded:
             headers["X-Forwarded-For"] = forwarded
+        if self._authorization is not None and "Authorization" not in headers:
+            headers["Authorization"] = self._authorization
         if ex is not None:
             ex.meter.upstream_begin()
         try:
-            upstream = await self.session.request(request.method, self.upstream + request.raw_path, data=body,
-                                                  headers=headers, allow_redirects=False)
+            # encoded=True: the canonical target goes out exactly as classified (yarl would re-normalise it).
+            upstream = await self.session.request(request.method, URL(self.upstream + target, encoded=True),
+                                                  data=body, headers=headers, allow_redirects=False)
         except asyncio.CancelledError:
             if ex is not None:
                 ex.finish("cancelled", CLIENT_CLOSED)
@@ -108,7 +138,8 @@ class Proxy:
                               detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
         try:
             if ex is not None:
-                ex.response_start(upstream.status, upstream.headers.get("Content-Type"))
+                ex.response_start(upstream.status, upstream.headers.get("Content-Type"),
+                                  upstream.headers.get("Content-Encoding"))
                 if not ex.sse:
                     return await self._whole(request, upstream, ex)
             return await self._stream(request, upstream, ex)
@@ -116,9 +147,19 @@ class Proxy:
             upstream.release()
 
     async def _whole(self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange) -> web.StreamResponse:
-        """A non-streamed LLM response: read it, count its tokens, answer with X-Token-Used."""
+        """A non-streamed LLM response: read it (up to ex.limit bytes), count its tokens, answer with
+        X-Token-Used. A larger answer is streamed through unmetered, starting with what was read."""
+        length = upstream.content_length
+        if length is not None and length > ex.limit:
+            ex.stop("too_large", f"answer above {ex.limit} bytes (Content-Length)")
+            return await self._stream(request, upstream, ex)
+        parts: list[bytes] = []
         try:
-            body = await upstream.read()
+            async for data in upstream.content.iter_any():
+                parts.append(data)
+                ex.chunk(data)
+                if not ex.metering:  # above the limit (or undecodable): no header to wait for
+                    return await self._stream(request, upstream, ex, head=parts)
         except asyncio.CancelledError:
             upstream.close()
             ex.finish("cancelled", CLIENT_CLOSED)
@@ -130,16 +171,23 @@ class Proxy:
             upstream.close()
             return self._fail(ex, 502, "error", "upstream response broken",
                               detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
-        ex.chunk(body)
         ex.parse_body()
         headers = _response_headers(upstream)
         meter = ex.meter
-        headers["X-Token-Used"] = str(meter.output_tokens + meter.input_tokens)
-        headers["X-Token-Used-Input"] = str(meter.input_tokens)
-        headers["X-Token-Used-Output"] = str(meter.output_tokens)
-        response = web.Response(status=upstream.status, reason=upstream.reason, body=body, headers=headers)
+        output, inputs = meter.output_tokens, meter.input_tokens
+        # Unknown is not zero: a count the upstream did not reveal gets no header.
+        if output is not None:
+            headers["X-Token-Used-Output"] = str(output)
+        if inputs is not None:
+            headers["X-Token-Used-Input"] = str(inputs)
+        if output is not None and inputs is not None:
+            headers["X-Token-Used"] = str(output + inputs)
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+        response.content_length = sum(len(p) for p in parts)
         try:
             await response.prepare(request)
+            for data in parts:
+                await response.write(data)
             await response.write_eof()
         except asyncio.CancelledError:
             ex.finish("cancelled", upstream.status)
@@ -151,7 +199,8 @@ class Proxy:
         return response
 
     async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                      ex: Exchange | None) -> web.StreamResponse:
+                      ex: Exchange | None, head: list[bytes] = ()) -> web.StreamResponse:
+        """Forward the answer read by read (after `head`, bytes already read and metered)."""
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=_response_headers(upstream))
         if upstream.content_length is not None:
@@ -162,6 +211,8 @@ class Proxy:
             write = response.write
             chunk = ex.chunk if ex is not None else None
             perf = time.perf_counter
+            for data in head:
+                await write(data)
             # iter_any: whatever the socket delivered, at once — one SSE event per read in the usual case.
             async for data in upstream.content.iter_any():
                 now = perf()
@@ -186,11 +237,12 @@ class Proxy:
                     # Cut the client's stream too: ending it cleanly would present a truncated answer as whole.
                     request.transport.close()
             if ex is not None:
-                ex.finish(outcome, upstream.status)
+                # A normal end (outcome None) lets an error object sent under 200 name its own code.
+                ex.finish(outcome, None if outcome is None else upstream.status)
         return response
 
-    def _refuse(self, request: web.Request, started: float, length: int | None) -> web.Response:
-        ex = self.gateway.exchange(request.method, request.path, request.headers, b"", started)
+    def _refuse(self, request: web.Request, path: str, started: float, length: int | None) -> web.Response:
+        ex = self.gateway.exchange(request.method, path, request.headers, b"", started)
         limit = self.max_body_bytes
         if ex is not None:
             ex.response_start(413, None)

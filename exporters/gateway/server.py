@@ -1,4 +1,5 @@
-"""Run the proxy and its /metrics endpoint on one event loop, until SIGINT/SIGTERM."""
+"""Run the proxy and its /metrics endpoint on one event loop, until SIGINT/SIGTERM (/metrics is rendered in
+a forked child, off this loop: exposition.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import signal
 from typing import Callable, TextIO
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
 from inferwatch.exporters.gateway.api import Gateway
+from inferwatch.exporters.gateway.exposition import metrics_handler
 from inferwatch.exporters.gateway.meter import Usage
 from inferwatch.exporters.gateway.proxy import Proxy
 from inferwatch.exporters.gateway.serverlog import ServerLog
@@ -31,32 +32,34 @@ def usage_writer(stream: TextIO):
     return write
 
 
-def metrics_app(gateway: Gateway) -> web.Application:
-    registry = gateway.metrics.registry
-
-    async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
+def metrics_app(gateway: Gateway, forked: bool = True) -> web.Application:
+    """/metrics through prometheus-client's own aiohttp handler (content negotiation, gzip when the scraper
+    accepts it), run off the proxy's loop (exposition.py)."""
     app = web.Application()
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", metrics_handler(gateway.metrics.registry, forked))
     return app
 
 
 async def serve(proxy: Proxy, host: str, port: int, metrics_port: int, metrics_host: str | None = None,
                 stop: asyncio.Event | None = None,
-                on_ready: Callable[[int, int], None] | None = None) -> None:
+                on_ready: Callable[[int, int], None] | None = None, forked_metrics: bool = True) -> None:
     """Serve until `stop` is set (or a signal arrives when `stop` is None).
+
+    `forked_metrics`: render /metrics in a forked child (exposition.py), which needs this loop's thread to be
+    the only one touching the registry; pass False when other threads read it (in-process tests).
 
     Port 0 lets the OS pick; `on_ready(port, metrics_port)` is called with the ports actually bound once
     both sockets listen. A bind failure (OSError, e.g. EADDRINUSE) propagates out of this coroutine.
     """
     # Process CPU and memory next to the gateway metrics: the proxy's own cost is part of what it reports.
-    ProcessCollector(registry=proxy.gateway.metrics.registry)
+    # pid fixed to this process: /metrics is rendered in a forked child, whose own figures would be wrong.
+    pid = os.getpid()
+    ProcessCollector(pid=lambda: pid, registry=proxy.gateway.metrics.registry)
     # handler_cancellation: a client that disconnects cancels its handler, so the upstream request is
     # closed at once even while waiting for a first token (aiohttp ≥ 3.9 defaults to not cancelling).
     # ServerLog: a malformed request is one INFO line, not an ERROR traceback (see serverlog.py).
     runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None, logger=ServerLog())
-    metrics_runner = web.AppRunner(metrics_app(proxy.gateway), access_log=None, logger=ServerLog())
+    metrics_runner = web.AppRunner(metrics_app(proxy.gateway, forked_metrics), access_log=None, logger=ServerLog())
     await runner.setup()
     await metrics_runner.setup()
     try:

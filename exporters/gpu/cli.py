@@ -10,16 +10,17 @@ import socket
 import sys
 
 import pynvml
-from prometheus_client import CollectorRegistry
 
-from inferwatch.cli import UsageError, add_service_args
-from inferwatch.exporters.gpu.collector import DEFAULT_PRESET_XIDS, GpuCollector
+from inferwatch.cli import UsageError, add_service_args, add_spec_arg
+from inferwatch.exporters.gpu.collector import GpuCollector
+from inferwatch.exporters.gpu.kubelet import DEFAULT_SOCKET
 from inferwatch.exporters.gpu.nvml import error_name
-from inferwatch.exporters.gpu.server import MetricsServer, make_app
+from inferwatch.exporters.gpu.server import MetricsServer
 from inferwatch.specload import Duration, SpecError
 
 log = logging.getLogger(__name__)
 DEFAULT_PORT = 9400
+SWITCH_INTERVAL_S = 0.0005   # Python's default is 0.005
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,8 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "gpu", help="L1 GPU exporter: NVML readings under dcgm-exporter names (port 9400)",
         description="Serve GPU metrics on /metrics: dcgm-exporter compatible DCGM_FI_DEV_* names and labels, "
                     "plus inferwatch_gpu_up, XID counters by code and clocks-event reasons. Collection runs "
-                    "in the background every --interval; scrapes serve the last collection.")
+                    "in the background every --interval; scrapes serve the last collection, rendered once "
+                    "per collection (OpenMetrics or text format, gzip when asked). Blank and impossible NVML "
+                    "values are dropped and counted in inferwatch_gpu_nvml_errors_total. On Kubernetes, "
+                    "series of GPUs a pod holds carry namespace/pod/container from the kubelet's "
+                    "pod-resources socket.")
     add_service_args(p, DEFAULT_PORT)
+    add_spec_arg(p)
     p.add_argument("--nvml", choices=("auto", "real", "sim"), default="auto",
                    help="auto: the real NVML if present, else keep serving with inferwatch_gpu_devices 0 and "
                         "retry; real: the real NVML, exit 2 if it is missing; sim: the simulator "
@@ -40,9 +46,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="time between NVML collections, e.g. 5s, 500ms (default 5s)")
     p.add_argument("--hostname", default=None,
                    help="value of the Hostname label (default: $NODE_NAME, else this host's name)")
-    p.add_argument("--xid-preset", default=",".join(map(str, DEFAULT_PRESET_XIDS)), metavar="CODES",
+    p.add_argument("--xid-preset", default=None, metavar="CODES",
                    help="comma-separated XID codes whose counters start at 0 for every GPU, so the first "
-                        "event shows as an increase (default: the spec's critical XIDs)")
+                        "event shows as an increase (default: the spec's layers.L1.critical_xids, from --spec)")
+    p.add_argument("--pod-resources-socket", default=DEFAULT_SOCKET, metavar="PATH",
+                   help="the kubelet's pod-resources unix socket, asked once per collection which pod holds "
+                        f"which GPU (default {DEFAULT_SOCKET}); without it the exporter runs without "
+                        "namespace/pod/container labels and says so once")
+    p.add_argument("--no-pod-labels", action="store_true",
+                   help="do not ask the kubelet; no namespace/pod/container labels")
+    p.add_argument("--sim-events-from-any-host", action="store_true",
+                   help="with --nvml sim: accept POST /sim/events (test-only fault injection) from any host, "
+                        "not only loopback")
     p.set_defaults(func=run)
 
 
@@ -80,22 +95,39 @@ def build_nvml(mode: str, scenario_path: str | None):
     return nvml
 
 
+def preset_xids(args: argparse.Namespace) -> tuple[int, ...]:
+    """--xid-preset, else the spec's layers.L1.critical_xids (--spec, ./inferwatch.yaml, or the defaults).
+    Raises UsageError or SpecError."""
+    if args.xid_preset is not None:
+        return _parse_xids(args.xid_preset)
+    from inferwatch.spec import load_spec
+
+    return tuple(load_spec(args.spec).layers.L1.critical_xids)
+
+
 def run(args: argparse.Namespace) -> int:
     interval = Duration.parse(args.interval, "--interval")
     if interval.ms <= 0:
         raise SpecError("--interval", f"expected a positive duration, got {args.interval!r}")
-    xids = _parse_xids(args.xid_preset)
+    if args.sim_events_from_any_host and args.nvml != "sim":
+        raise UsageError("--sim-events-from-any-host only applies with --nvml sim")
+    xids = preset_xids(args)
     host = args.hostname or os.environ.get("NODE_NAME") or socket.gethostname()
     nvml = build_nvml(args.nvml, args.sim_scenario)
 
+    from inferwatch.exporters.gpu.kubelet import PodAttribution
     from inferwatch.exporters.gpu.sim import SimNvml
     from inferwatch.exporters.gpu.xid import XidWatcher
 
-    collector = GpuCollector(nvml, host, interval_s=interval.seconds, preset_xids=xids)
-    registry = CollectorRegistry()
-    registry.register(collector)
+    pods = None if args.no_pod_labels else PodAttribution(args.pod_resources_socket)
+    # The collection thread (NVML reads, rendering the next body) holds the GIL for tens of ms on a big node;
+    # a short switch interval hands it to the HTTP threads within 0.5 ms, so a scrape that lands meanwhile
+    # is served in about the time a plain server takes (benchmarks/gpu_exporter.py) instead of waiting it out.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    collector = GpuCollector(nvml, host, interval_s=interval.seconds, preset_xids=xids, pods=pods)
+    sim = nvml if isinstance(nvml, SimNvml) else None
     try:
-        server = MetricsServer(make_app(registry, nvml if isinstance(nvml, SimNvml) else None), args.host, args.port)
+        server = MetricsServer.for_collector(collector, args.host, args.port, sim, args.sim_events_from_any_host)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     collector.start()
@@ -103,8 +135,8 @@ def run(args: argparse.Namespace) -> int:
     watcher.start()
     # SIGTERM (docker stop, the test harness) ends serve_forever like Ctrl-C, so NVML is shut down cleanly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    log.info("GPU exporter (nvml=%s, interval %s) on http://%s:%d/metrics", args.nvml, interval,
-             server.host, server.port)
+    log.info("GPU exporter (nvml=%s, interval %s, XID counters preset for %s) on http://%s:%d/metrics",
+             args.nvml, interval, ",".join(map(str, xids)) or "none", server.host, server.port)
     try:
         server.serve_forever()
     finally:

@@ -2,13 +2,17 @@
 
 `GpuCollector` is a prometheus_client custom collector (register it on a CollectorRegistry). Its
 `collect()` only hands out metric families built after the last collection, so a scrape never waits on
-NVML (issue 3, "collection apart from scraping"). NVML comes in through the constructor (`nvml.Nvml`), and so
+NVML. NVML comes in through the constructor (`nvml.Nvml`), and so
 do the clocks, so tests drive it with the simulator and a fake clock and call `collect_once()` themselves.
 
-Library lifecycle (research/gpu_exporters.md §5.1): when NVML reports the library gone (driver unloaded,
+Library lifecycle: when NVML reports the library gone (driver unloaded,
 version mismatch, uninitialised) the collector shuts it down and re-initialises it with exponential backoff
 (`backoff_base_s` doubling up to `backoff_max_s`), serving `inferwatch_gpu_nvml_up 0` and every known GPU
 with `up 0` meanwhile. /metrics stays up throughout.
+
+Pod attribution (pods.py, kubelet.py), when given, is refreshed once per collection, so a pod that starts or
+goes away changes the labels at the next collection. Every change of the published families bumps `version`
+and calls the `on_publish` listeners (the HTTP layer renders its cached exposition there).
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import pynvml
 from prometheus_client.core import Metric
 
 from inferwatch.exporters.gpu.metrics import CollectionStats, XidCounts, build_families
 from inferwatch.exporters.gpu.nvml import Nvml, error_name
+from inferwatch.exporters.gpu.pods import PodMap
 from inferwatch.exporters.gpu.reading import (
     Device, ErrorTally, GpuIdentity, GpuReading, LibraryLost, Snapshot, discover, open_device, read_gpu,
 )
@@ -35,19 +40,30 @@ log = logging.getLogger(__name__)
 DEFAULT_PRESET_XIDS = (48, 63, 64, 74, 79, 94, 95, 119, 120)
 
 
+class PodSource(Protocol):
+    """Who holds which GPU (kubelet.PodAttribution): `refresh()` once per collection, then `current`."""
+
+    def refresh(self) -> None: ...
+
+    @property
+    def current(self) -> PodMap: ...
+
+
 class GpuCollector:
     """Collects GPU readings in the background and exposes them as metric families.
 
     nvml: the NVML interface (real or simulated). host: the `Hostname` label. interval_s: seconds between
     collections. wall: unix-time clock (for the last-success timestamp); monotonic: clock for durations
-    and backoff. Thread-safe: `collect()` may run concurrently with the loop and the XID thread.
+    and backoff. pods: pod attribution (None = no namespace/pod/container labels). Thread-safe: `collect()`
+    may run concurrently with the loop and the XID thread.
     """
 
     def __init__(self, nvml: Nvml, host: str, interval_s: float = 5.0,
                  preset_xids: tuple[int, ...] = DEFAULT_PRESET_XIDS,
                  wall: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
-                 backoff_base_s: float = 1.0, backoff_max_s: float = 60.0):
+                 backoff_base_s: float = 1.0, backoff_max_s: float = 60.0, pods: PodSource | None = None):
         self.nvml = nvml
+        self.pods = pods
         self.host = host
         self.interval_s = interval_s
         self.preset_xids = preset_xids
@@ -64,10 +80,13 @@ class GpuCollector:
         self._devices: list[Device] = []
         self._known: dict[int, GpuIdentity] = {}
         self._xid_counts: dict[tuple[int, str], dict[int, int]] = {}
-        self._xid_last: dict[int, int] = {}
+        self._xid_last: dict[tuple[int, str], int] = {}
         self._snapshot = Snapshot(nvml_up=False)
         self._stats = CollectionStats()
         self._families: list[Metric] = []
+        self.version = 0              # bumped after every change of the published families
+        self.on_publish: list[Callable[[], None]] = []
+        self.yield_to: Any = None     # exposition.Scrapes: collection steps aside between GPUs for scrapes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rebuild()
@@ -106,7 +125,14 @@ class GpuCollector:
                 log.exception("GPU collection failed unexpectedly; next attempt in %.1fs", self.interval_s)
 
     def collect_once(self) -> Snapshot:
-        """One collection: (re-)initialise NVML if due, read every GPU, publish the families."""
+        """One collection: refresh pod attribution, (re-)initialise NVML if due, read every GPU, publish."""
+        if self.pods is not None:
+            self.pods.refresh()   # outside the lock: a slow kubelet never holds up a scrape
+        snapshot = self._collect()
+        self._notify()
+        return snapshot
+
+    def _collect(self) -> Snapshot:
         started = self._monotonic()
         with self._lock:
             if not self._initialized and not self._try_init(started):
@@ -115,7 +141,7 @@ class GpuCollector:
                 return snapshot
             try:
                 self._reopen_missing()
-                readings = tuple(read_gpu(self.nvml, self.tally, d) for d in self._devices)
+                readings = tuple(self._read_all())
                 snapshot = Snapshot(nvml_up=True, devices=len(self._devices), driver_version=self._driver,
                                     gpus=readings)
                 success = True
@@ -127,6 +153,14 @@ class GpuCollector:
                 snapshot, success = self._library_down_snapshot(), False
             self._publish(snapshot, self._monotonic() - started, success=success)
             return snapshot
+
+    def _read_all(self) -> Iterator[GpuReading]:
+        if self.yield_to is not None:
+            self.yield_to.reset()
+        for device in self._devices:
+            if self.yield_to is not None:
+                self.yield_to.pause()
+            yield read_gpu(self.nvml, self.tally, device)
 
     # ------------------------------------------------------------------------------ library state
     def _try_init(self, now: float) -> bool:
@@ -197,7 +231,14 @@ class GpuCollector:
             stats = CollectionStats(self._stats.duration_seconds, self._stats.last_success_unix,
                                     self.tally.snapshot())
             xids = XidCounts({k: dict(v) for k, v in self._xid_counts.items()}, dict(self._xid_last))
-            self._families = build_families(self._snapshot, self.host, xids, stats, self.preset_xids)
+            pods = self.pods.current if self.pods is not None else None
+            self._families = build_families(self._snapshot, self.host, xids, stats, self.preset_xids, pods)
+            self.version += 1
+
+    def _notify(self) -> None:
+        """Run the on_publish listeners; called with the lock released, so scrapes and XIDs never wait on them."""
+        for listener in list(self.on_publish):
+            listener()
 
     # ------------------------------------------------------------------------------ for the XID thread
     def devices_for_events(self) -> tuple[int, list[Device] | None]:
@@ -212,6 +253,7 @@ class GpuCollector:
         with self._lock:
             per_gpu = self._xid_counts.setdefault((identity.index, identity.uuid), {})
             per_gpu[xid] = per_gpu.get(xid, 0) + 1
-            self._xid_last[identity.index] = xid
+            self._xid_last[(identity.index, identity.uuid)] = xid
             self._rebuild()
+        self._notify()
         log.warning("XID %d on gpu %d (%s)", xid, identity.index, identity.uuid)

@@ -5,11 +5,13 @@ exactly as the official bindings do; the real implementation (`nvml_real.RealNvm
 (`sim.SimNvml`) both satisfy `Nvml`. Units are NVML's own (mW, mJ, bytes, MHz, °C); conversion to the
 exported units happens in `metrics`.
 
-Error classes follow research/gpu_exporters.md §5.1 (pynvml.py return codes):
+Error classes group NVML's return codes (nvmlReturn_t in nvml.h; NVML_ERROR_* in pynvml.py):
   absent       the field does not exist here (not supported, no permission, symbol missing): no series
   transient    no data yet / not ready: no series this cycle
   device_lost  the GPU fell off the bus, needs a reset or vanished: that GPU's `up` goes to 0
   library_lost the library or driver is gone or mismatched: shut down and re-initialise with backoff
+Calls that succeed with a blank or impossible number are counted under two more classes, `blank` and
+`out_of_range` (sanity.py); the error counter's `class` label takes any of COUNTED_CLASSES.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ TRANSIENT = "transient"
 DEVICE_LOST = "device_lost"
 LIBRARY_LOST = "library_lost"
 ERROR_CLASSES = (ABSENT, TRANSIENT, DEVICE_LOST, LIBRARY_LOST)
+COUNTED_CLASSES = (*ERROR_CLASSES, "blank", "out_of_range")
 
 
 def _codes(*names: str) -> frozenset[int]:
@@ -76,11 +79,12 @@ CLOCKS_EVENT_REASONS: tuple[tuple[str, int], ...] = (
 
 @dataclasses.dataclass(frozen=True)
 class MemoryInfo:
-    """Frame-buffer memory in bytes; `reserved` is None where only the v1 call exists."""
+    """Frame-buffer memory in bytes; `reserved` is None where only the v1 call exists, any figure None
+    when it was blank (reading.py drops such figures one by one)."""
 
-    total: int
-    free: int
-    used: int
+    total: int | None
+    free: int | None
+    used: int | None
     reserved: int | None = None
 
 
@@ -88,8 +92,8 @@ class MemoryInfo:
 class RemappedRows:
     """nvmlDeviceGetRemappedRows: rows remapped for correctable/uncorrectable errors, pending and failure flags."""
 
-    correctable: int
-    uncorrectable: int
+    correctable: int | None   # None: blank (dropped by reading.py)
+    uncorrectable: int | None
     pending: bool
     failure: bool
 
@@ -112,13 +116,14 @@ class Nvml(Protocol):
     def device_handle(self, index: int) -> Any: ...               # nvmlDeviceGetHandleByIndex
     def device_key(self, handle: Any) -> Hashable: ...            # identity to match event.device
     def name(self, handle: Any) -> str: ...                       # nvmlDeviceGetName
-    def uuid(self, handle: Any) -> str: ...                       # nvmlDeviceGetUUID ("GPU-…")
+    def uuid(self, handle: Any) -> str: ...                       # nvmlDeviceGetUUID ("GPU-…"; "MIG-…" for MIG)
     def pci_bus_id(self, handle: Any) -> str: ...                 # nvmlDeviceGetPciInfo().busId
     def temperature(self, handle: Any) -> int: ...                # °C, nvmlDeviceGetTemperature(GPU)
-    def memory_temperature(self, handle: Any) -> int: ...         # °C, field NVML_FI_DEV_MEMORY_TEMP
+    def memory_temperature(self, handle: Any) -> float: ...       # °C, field NVML_FI_DEV_MEMORY_TEMP (int or float)
     def power_usage(self, handle: Any) -> int: ...                # mW
     def total_energy(self, handle: Any) -> int: ...               # mJ since driver load
     def utilization(self, handle: Any) -> tuple[int, int]: ...    # (gpu %, memory %)
+    def fan_speed(self, handle: Any) -> int: ...                  # % of max; NotSupported without fans
     def memory_info(self, handle: Any) -> MemoryInfo: ...         # bytes
     def clock(self, handle: Any, which: str) -> int: ...          # MHz; which = "sm" | "mem"
     def clocks_event_reasons(self, handle: Any) -> int: ...       # bitmask, CLOCKS_EVENT_REASONS

@@ -71,11 +71,12 @@ class RealNvml:
         return int(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
 
     def memory_temperature(self, handle: Any) -> int:
-        # nvmlDeviceGetFieldValues succeeds as a call and reports failure per field (§5.1 note).
+        # nvmlDeviceGetFieldValues succeeds as a call and reports failure per field (nvmlReturn of each).
         value = pynvml.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP])[0]
         if value.nvmlReturn != pynvml.NVML_SUCCESS:
             raise pynvml.NVMLError(value.nvmlReturn)
-        return int(getattr(value.value, _VALUE_MEMBER.get(value.valueType, "uiVal")))
+        # As typed (a double stays a float), so sanity.py can tell an FP64 blank from an integer.
+        return getattr(value.value, _VALUE_MEMBER.get(value.valueType, "uiVal"))
 
     def power_usage(self, handle: Any) -> int:
         return int(pynvml.nvmlDeviceGetPowerUsage(handle))
@@ -86,6 +87,10 @@ class RealNvml:
     def utilization(self, handle: Any) -> tuple[int, int]:
         rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
         return int(rates.gpu), int(rates.memory)
+
+    def fan_speed(self, handle: Any) -> int:
+        # Fan 0, as DCGM_FI_DEV_FAN_SPEED; NVMLError_NotSupported on passively cooled (most data-centre) GPUs.
+        return int(pynvml.nvmlDeviceGetFanSpeed(handle))
 
     def memory_info(self, handle: Any) -> MemoryInfo:
         try:

@@ -4,6 +4,8 @@ Per NVML error class (nvml.classify):
   absent / transient  the field is None (no series), the error is counted, logged once per (gpu, call, error)
   device_lost         that GPU's reading is `up=False` with nothing else; other GPUs are read as usual
   library_lost        `LibraryLost` is raised: the caller shuts the library down and re-initialises it
+A call that succeeds with a blank or impossible number (sanity.py) gives None for that field too, counted
+under the class `blank` or `out_of_range`: never exported, never clamped, never the previous reading.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from typing import Any, Callable
 
 import pynvml
 
+from inferwatch.exporters.gpu import sanity
 from inferwatch.exporters.gpu.nvml import (
     DEVICE_LOST, LIBRARY_LOST, MemoryInfo, Nvml, RemappedRows, classify, error_name,
 )
+from inferwatch.exporters.gpu.sanity import PERCENT, TEMPERATURE, UINT32, UINT64, Bounds
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +51,13 @@ class GpuIdentity:
 
 @dataclasses.dataclass(frozen=True)
 class MigReading:
-    """One MIG GPU instance: NVML GPU-instance id, profile (e.g. "1g.10gb"), its own memory (bytes)."""
+    """One MIG GPU instance: NVML GPU-instance id, profile (e.g. "1g.10gb"), its own memory (bytes), and
+    its MIG device UUID ("MIG-…", the id the kubelet's device plugin hands to pods; "" when unreadable)."""
 
     gi_id: int
     profile: str
     memory: MemoryInfo | None = None
+    uuid: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +72,7 @@ class GpuReading:
     energy_mj: int | None = None
     utilization_gpu_pct: int | None = None
     utilization_memory_pct: int | None = None
+    fan_speed_pct: int | None = None
     memory: MemoryInfo | None = None
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
@@ -118,6 +125,16 @@ class ErrorTally:
                     "no series for it" if level == logging.INFO else "handled as " + cls)
         return cls
 
+    def record_dropped(self, cls: str, name: str, gpu: Any, call: str, value: Any) -> None:
+        """Count a value dropped as `cls` (sanity.BLANK / OUT_OF_RANGE); log it once per (gpu, call, name)."""
+        with self._lock:
+            self.counts[(cls, name)] += 1
+            first = (gpu, call, name) not in self._logged
+            self._logged.add((gpu, call, name))
+        if first:
+            log.warning("NVML %s on gpu %s returned %r (%s: %s); dropped, no series for it", call, gpu, value,
+                        cls, name)
+
     def snapshot(self) -> dict[tuple[str, str], int]:
         with self._lock:
             return dict(self.counts)
@@ -155,40 +172,68 @@ def read_gpu(nvml: Nvml, tally: ErrorTally, device: Device) -> GpuReading:
     """Every field of one GPU. Raises LibraryLost; a lost GPU gives `up=False` and no values."""
     h, gpu = device.handle, device.identity.index
 
-    def get(call: str, fn: Callable, *args: Any) -> Any:
-        return _call(tally, gpu, call, fn, *args)
+    def get(call: str, fn: Callable, *args: Any, bounds: Bounds = UINT32) -> Any:
+        return _checked(tally, gpu, call, _call(tally, gpu, call, fn, *args), bounds)
 
     try:
         if h is None:
             raise _DeviceLost
-        util = get("utilization", nvml.utilization, h)
+        util = _call(tally, gpu, "utilization", nvml.utilization, h) or (None, None)
         ecc = {
             f"ecc_{'dbe' if unc else 'sbe'}_{'aggregate' if agg else 'volatile'}":
-                get("total_ecc_errors", nvml.total_ecc_errors, h, unc, agg)
+                get("total_ecc_errors", nvml.total_ecc_errors, h, unc, agg, bounds=UINT64)
             for unc in (False, True) for agg in (False, True)
         }
         mig: tuple[MigReading, ...] = ()
-        if get("mig_enabled", nvml.mig_enabled, h):
-            mig = tuple(_read_mig(nvml, tally, gpu, m) for m in (get("mig_handles", nvml.mig_handles, h) or ()))
+        if _call(tally, gpu, "mig_enabled", nvml.mig_enabled, h):
+            handles = _call(tally, gpu, "mig_handles", nvml.mig_handles, h) or ()
+            mig = tuple(m for m in (_read_mig(nvml, tally, gpu, m) for m in handles) if m is not None)
         return GpuReading(
             identity=device.identity, up=True,
-            temperature_c=get("temperature", nvml.temperature, h),
-            memory_temperature_c=get("memory_temperature", nvml.memory_temperature, h),
+            temperature_c=get("temperature", nvml.temperature, h, bounds=TEMPERATURE),
+            memory_temperature_c=get("memory_temperature", nvml.memory_temperature, h, bounds=TEMPERATURE),
             power_mw=get("power_usage", nvml.power_usage, h),
-            energy_mj=get("total_energy", nvml.total_energy, h),
-            utilization_gpu_pct=util[0] if util else None,
-            utilization_memory_pct=util[1] if util else None,
-            memory=get("memory_info", nvml.memory_info, h),
+            energy_mj=get("total_energy", nvml.total_energy, h, bounds=UINT64),
+            utilization_gpu_pct=_checked(tally, gpu, "utilization", util[0], PERCENT),
+            utilization_memory_pct=_checked(tally, gpu, "utilization", util[1], PERCENT),
+            fan_speed_pct=get("fan_speed", nvml.fan_speed, h),
+            memory=_memory(tally, gpu, _call(tally, gpu, "memory_info", nvml.memory_info, h)),
             sm_clock_mhz=get("clock", nvml.clock, h, "sm"),
             mem_clock_mhz=get("clock", nvml.clock, h, "mem"),
-            clocks_event_reasons=get("clocks_event_reasons", nvml.clocks_event_reasons, h),
+            clocks_event_reasons=get("clocks_event_reasons", nvml.clocks_event_reasons, h, bounds=UINT64),
             pcie_replay=get("pcie_replay_counter", nvml.pcie_replay_counter, h),
-            remapped_rows=get("remapped_rows", nvml.remapped_rows, h),
-            mig=tuple(m for m in mig if m is not None),
+            remapped_rows=_remapped(tally, gpu, _call(tally, gpu, "remapped_rows", nvml.remapped_rows, h)),
+            mig=mig,
             **ecc,
         )
     except _DeviceLost:
         return GpuReading(identity=device.identity, up=False)
+
+
+def _checked(tally: ErrorTally, gpu: Any, call: str, value: Any, bounds: Bounds) -> Any:
+    """`value`, or None (counted and logged) when it is blank or impossible for a field with `bounds`."""
+    if value is None:
+        return None
+    found = sanity.problem(value, bounds)
+    if found is None:
+        return value
+    tally.record_dropped(*found, gpu, call, value)
+    return None
+
+
+def _memory(tally: ErrorTally, gpu: Any, memory: MemoryInfo | None) -> MemoryInfo | None:
+    """Frame-buffer figures with each blank or impossible one set to None (the others are still right)."""
+    if memory is None:
+        return None
+    return MemoryInfo(**{f.name: _checked(tally, gpu, "memory_info", getattr(memory, f.name), UINT64)
+                         for f in dataclasses.fields(MemoryInfo)})
+
+
+def _remapped(tally: ErrorTally, gpu: Any, rows: RemappedRows | None) -> RemappedRows | None:
+    if rows is None:
+        return None
+    return dataclasses.replace(rows, correctable=_checked(tally, gpu, "remapped_rows", rows.correctable, UINT32),
+                               uncorrectable=_checked(tally, gpu, "remapped_rows", rows.uncorrectable, UINT32))
 
 
 def _read_mig(nvml: Nvml, tally: ErrorTally, gpu: int, handle: Any) -> MigReading | None:
@@ -197,7 +242,8 @@ def _read_mig(nvml: Nvml, tally: ErrorTally, gpu: int, handle: Any) -> MigReadin
         return None  # an instance without an id cannot be labelled; skip it rather than mislabel it
     return MigReading(gi_id=gi_id,
                       profile=_call(tally, gpu, "mig_profile", nvml.mig_profile, handle) or "",
-                      memory=_call(tally, gpu, "memory_info", nvml.memory_info, handle))
+                      memory=_memory(tally, gpu, _call(tally, gpu, "memory_info", nvml.memory_info, handle)),
+                      uuid=_call(tally, gpu, "mig_uuid", nvml.uuid, handle) or "")
 
 
 def _call(tally: ErrorTally, gpu: Any, call: str, fn: Callable, *args: Any, strict: bool = False) -> Any:

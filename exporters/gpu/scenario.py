@@ -5,6 +5,8 @@ A scenario file is YAML; every key is optional (no file = one steady, healthy GP
     gpus: 2                              # how many GPUs NVML reports
     model: NVIDIA H100 80GB HBM3         # nvmlDeviceGetName
     driver_version: "550.54.15"
+    fans: false                          # true: the GPUs have fans (fan_speed reads fan_speed_pct); false:
+                                         # passively cooled, nvmlDeviceGetFanSpeed is NotSupported (default)
     values: {temperature_c: 45}          # steady values for every GPU (over HEALTHY_VALUES)
     mig:                                 # GPU index -> MIG instances (turns MIG mode on for that GPU)
       1: [{profile: 3g.40gb, gi_id: 2, memory_total_mib: 40192, memory_used_mib: 1024}]
@@ -20,6 +22,11 @@ A scenario file is YAML; every key is optional (no file = one steady, healthy GP
 `for:` bounds any fault or `set` (omitted = until the end). Changes posted at run time (`/sim/events`)
 use the same entries, with `at` counted from the moment they arrive. Errors raise SpecError naming the
 file and the entry path.
+
+Values are handed out as given (integers stay integers, a float memory temperature stays a float), so a
+scenario can make NVML return the blank sentinels real drivers and DCGM produce, e.g.
+`{set: {memory_temperature_c: 9223372036854775794}}` (DCGM_INT64_BLANK + 2) or
+`{set: {utilization_gpu_pct: 4294967295}}` (NVML_VALUE_NOT_AVAILABLE in an unsigned int).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ HEALTHY_VALUES: dict[str, float] = {
     "power_w": 180.0,
     "utilization_gpu_pct": 35,
     "utilization_memory_pct": 20,
+    "fan_speed_pct": 45,
     "memory_total_mib": 81559,
     "memory_used_mib": 20480,
     "memory_reserved_mib": 531,
@@ -57,7 +65,7 @@ HEALTHY_VALUES: dict[str, float] = {
 REASON_BITS = dict(CLOCKS_EVENT_REASONS)
 # Interface calls a scenario may make unsupported / not permitted (method names of nvml.Nvml).
 FAULTABLE_CALLS = frozenset({
-    "temperature", "memory_temperature", "power_usage", "total_energy", "utilization", "memory_info",
+    "temperature", "memory_temperature", "power_usage", "total_energy", "utilization", "fan_speed", "memory_info",
     "clock", "clocks_event_reasons", "pcie_replay_counter", "total_ecc_errors", "remapped_rows",
     "mig_enabled", "register_xid_events",
 })
@@ -107,6 +115,7 @@ class Scenario:
     gpus: int = 1
     model: str = "NVIDIA H100 80GB HBM3"
     driver_version: str = "550.54.15"
+    fans: bool = False
     values: dict[str, float] = dataclasses.field(default_factory=lambda: dict(HEALTHY_VALUES))
     mig: dict[int, tuple[MigInstance, ...]] = dataclasses.field(default_factory=dict)
     timeline: list[Change] = dataclasses.field(default_factory=list)
@@ -173,14 +182,18 @@ def parse_scenario(raw: Any) -> Scenario:
     """Build a Scenario from already-parsed YAML data (see the module docstring for the shape)."""
     if not isinstance(raw, dict):
         raise SpecError("", f"expected a mapping at the top, got {type(raw).__name__}")
-    unknown = set(raw) - {"gpus", "model", "driver_version", "values", "mig", "timeline"}
+    unknown = set(raw) - {"gpus", "model", "driver_version", "fans", "values", "mig", "timeline"}
     if unknown:
-        raise SpecError(sorted(unknown)[0], "unknown key (expected gpus, model, driver_version, values, mig, timeline)")
+        raise SpecError(sorted(unknown)[0], "unknown key (expected gpus, model, driver_version, fans, values, mig, "
+                                            "timeline)")
     gpus = raw.get("gpus", 1)
     if not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= 1024:
         raise SpecError("gpus", f"expected a whole number 0..1024, got {gpus!r}")
+    fans = raw.get("fans", False)
+    if not isinstance(fans, bool):
+        raise SpecError("fans", f"expected true or false, got {fans!r}")
     scenario = Scenario(gpus=gpus, model=str(raw.get("model", Scenario.model)),
-                        driver_version=str(raw.get("driver_version", Scenario.driver_version)))
+                        driver_version=str(raw.get("driver_version", Scenario.driver_version)), fans=fans)
     scenario.values.update(_values(raw.get("values") or {}, "values", rampable=False))
     for key, instances in (raw.get("mig") or {}).items():
         gpu = _gpu_index(key, f"mig.{key}", gpus)

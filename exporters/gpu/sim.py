@@ -7,6 +7,8 @@ It fails the way the real library does: every failure is a real `pynvml.NVMLErro
   - a lost GPU -> NVMLError_GpuIsLost from every call on it, including nvmlDeviceGetHandleByIndex
   - unsupported / not permitted calls -> NVMLError_NotSupported / NVMLError_NoPermission
   - MIG mode on a GPU -> utilization is NVMLError_NotSupported (as on real MIG-enabled GPUs)
+  - no fans (the default, like passively cooled data-centre GPUs) -> fan_speed is NVMLError_NotSupported
+  - values exactly as the scenario gives them, blank sentinels included (scenario.py)
   - XID events only for registered GPUs, never replayed to an event set created after them,
     nvmlEventSetWait_v2 blocks up to its timeout and then raises NVMLError_Timeout
 Thread-safe: the collector and the XID thread call it concurrently, as they do the real library.
@@ -24,8 +26,10 @@ import pynvml
 
 from inferwatch.exporters.gpu.nvml import MemoryInfo, RemappedRows, XidEvent
 from inferwatch.exporters.gpu.scenario import REASON_BITS, Change, MigInstance, Scenario, parse_changes
+from inferwatch.specload import SpecError
 
 MIB = 1024 * 1024
+MAX_TIMELINE = 10_000   # timeline entries the simulator holds; POSTs beyond it are refused (bounded memory)
 _LIBRARY_CODES = {
     "driver_not_loaded": pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
     "lib_rm_version_mismatch": pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
@@ -78,9 +82,13 @@ class SimNvml:
         return self._clock() - self._start
 
     def add_events(self, entries: Any) -> list[Change]:
-        """Add timeline entries at run time; their `at` counts from now. Raises SpecError on a bad entry."""
+        """Add timeline entries at run time; their `at` counts from now. Raises SpecError on a bad entry or
+        when the timeline would exceed MAX_TIMELINE entries (nothing is added then)."""
         changes = parse_changes(entries, self.now(), self.scenario.gpus, "events")
         with self._cond:
+            if len(self.scenario.timeline) + len(changes) > MAX_TIMELINE:
+                raise SpecError("events", f"the simulator holds at most {MAX_TIMELINE} timeline entries; "
+                                          f"{len(self.scenario.timeline)} are there already")
             self.scenario.add(changes)
             self._cond.notify_all()
         return changes
@@ -167,6 +175,9 @@ class SimNvml:
     def uuid(self, handle: Any) -> str:
         with self._cond:
             self._device(handle, "uuid")
+            if isinstance(handle, _MigDevice):   # MIG devices have UUIDs of their own, "MIG-" + a UUID
+                parent = handle.parent.index
+                return f"MIG-{uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f'inferwatch-sim-mig-{parent}-{handle.instance.gi_id}')}"
             base = uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"inferwatch-sim-{self.scenario.model}-{handle.index}")
             return f"GPU-{base}"
 
@@ -181,10 +192,11 @@ class SimNvml:
             t = self._device(handle, "temperature")
             return int(round(self._value(handle, "temperature_c", t)))
 
-    def memory_temperature(self, handle: Any) -> int:
+    def memory_temperature(self, handle: Any) -> float:
         with self._cond:
             t = self._device(handle, "memory_temperature")
-            return int(round(self._value(handle, "memory_temperature_c", t)))
+            # A field value (nvmlDeviceGetFieldValues): an integer, or a double when the scenario gives a float.
+            return self._value(handle, "memory_temperature_c", t)
 
     def power_usage(self, handle: Any) -> int:
         with self._cond:
@@ -207,6 +219,13 @@ class SimNvml:
                 raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)   # as on a real MIG-enabled GPU
             return (int(round(self._value(handle, "utilization_gpu_pct", t))),
                     int(round(self._value(handle, "utilization_memory_pct", t))))
+
+    def fan_speed(self, handle: Any) -> int:
+        with self._cond:
+            t = self._device(handle, "fan_speed")
+            if not self.scenario.fans:
+                raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)   # passively cooled, as most data-centre GPUs
+            return int(round(self._value(handle, "fan_speed_pct", t)))
 
     def memory_info(self, handle: Any) -> MemoryInfo:
         with self._cond:

@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 
 from inferwatch.cli import UsageError, add_service_args, add_spec_arg
+from inferwatch.exporters.triton.answers import DEFAULT_MAX_ANSWER_BYTES
 from inferwatch.exporters.triton.collector import TritonCollector
 from inferwatch.exporters.triton.reader import TargetConfig
 from inferwatch.specload import Duration
@@ -43,18 +44,40 @@ def register(subparsers) -> None:
                    help="timeout of each Triton API call (default 5s)")
     p.add_argument("--concurrency", type=int, default=16, metavar="N",
                    help="API calls in flight per Triton at once (default 16)")
+    p.add_argument("--max-answer-bytes", type=int, default=None, metavar="BYTES",
+                   help="largest answer read from a Triton's API for every target (default: the spec target's "
+                        "max_answer_bytes, else 16777216 = 16 MiB); a longer one fails that call with cause "
+                        "too_large")
+    p.add_argument("--config-max-age", default="10m", metavar="DURATION",
+                   help="a model's configuration is read again when its versions or states change, and at the "
+                        "latest after this long (default 10m; 0 reads every configuration every poll)")
+    p.add_argument("--bls-step", action="append", default=[], metavar="PARENT=STEP[,STEP...]",
+                   help="models a BLS (Python backend) model calls from its code, which its configuration cannot "
+                        "tell: they are then labelled as steps of PARENT like ensemble steps (repeatable)")
     add_service_args(p, DEFAULT_PORT)
     p.set_defaults(func=run)
 
 
-def _duration(text: str, flag: str) -> float:
+def _duration(text: str, flag: str, *, zero_ok: bool = False) -> float:
     try:
-        seconds = Duration.parse(text).seconds
+        seconds = 0.0 if zero_ok and text.strip() == "0" else Duration.parse(text).seconds
     except Exception as exc:  # noqa: BLE001 - Duration raises SpecError/ValueError; both are usage errors
         raise UsageError(f"{flag}: {exc}") from None
-    if seconds <= 0:
+    if seconds < 0 or (seconds == 0 and not zero_ok):
         raise UsageError(f"{flag}: expected a positive duration, got {text!r}")
     return seconds
+
+
+def parse_bls_steps(items: list[str]) -> dict[str, tuple[str, ...]]:
+    """`--bls-step PARENT=STEP[,STEP...]` values → {parent: steps}. Raises UsageError on a malformed value."""
+    out: dict[str, tuple[str, ...]] = {}
+    for item in items:
+        parent, sep, steps = item.partition("=")
+        names = tuple(s.strip() for s in steps.split(",") if s.strip())
+        if not sep or not parent.strip() or not names:
+            raise UsageError(f"--bls-step: expected PARENT=STEP[,STEP...], got {item!r}")
+        out[parent.strip()] = out.get(parent.strip(), ()) + names
+    return out
 
 
 def parse_headers(items: list[str]) -> dict[str, str]:
@@ -74,6 +97,8 @@ def build_targets(args: argparse.Namespace) -> list[TargetConfig]:
     header secret that cannot be resolved).
     """
     cli_headers = parse_headers(args.header)
+    if args.max_answer_bytes is not None and args.max_answer_bytes < 1024:
+        raise UsageError(f"--max-answer-bytes: expected at least 1024, got {args.max_answer_bytes}")
     if len(args.metrics_url) > len(args.triton_url):
         raise UsageError("--metrics-url: more given than --triton-url")
     targets = []
@@ -86,7 +111,8 @@ def build_targets(args: argparse.Namespace) -> list[TargetConfig]:
         if parsed.scheme not in ("http", "https") or not parsed.hostname or url_port == 0:
             raise UsageError(f"--triton-url: expected http(s)://HOST:PORT with a port 1-65535, got {url!r}")
         metrics = args.metrics_url[i] if i < len(args.metrics_url) else ""
-        targets.append(TargetConfig(parsed.netloc, url, metrics, dict(cli_headers)))
+        targets.append(TargetConfig(parsed.netloc, url, metrics, dict(cli_headers),
+                                    args.max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES))
     if not args.no_spec_targets and (args.spec or not targets):
         from inferwatch.spec import load_spec
 
@@ -94,7 +120,8 @@ def build_targets(args: argparse.Namespace) -> list[TargetConfig]:
         for t in spec.targets.triton:
             headers = {name: secret.reveal() for name, secret in t.headers.items()}
             headers.update(cli_headers)
-            targets.append(TargetConfig(t.name, t.url, t.metrics_url, headers))
+            targets.append(TargetConfig(t.name, t.url, t.metrics_url, headers,
+                                        args.max_answer_bytes or t.max_answer_bytes))
     if not targets:
         raise UsageError("no Triton to poll: give --triton-url or a spec with targets.triton")
     names = [t.name for t in targets]
@@ -110,7 +137,9 @@ def run(args: argparse.Namespace) -> int:
     timeout = _duration(args.timeout, "--timeout")
     if args.concurrency < 1:
         raise UsageError("--concurrency: expected at least 1")
-    collector = TritonCollector(targets, interval=interval, timeout=timeout, concurrency=args.concurrency)
+    config_max_age = _duration(args.config_max_age, "--config-max-age", zero_ok=True)
+    collector = TritonCollector(targets, interval=interval, timeout=timeout, concurrency=args.concurrency,
+                                config_max_age=config_max_age, bls_steps=parse_bls_steps(args.bls_step))
     registry = CollectorRegistry()
     registry.register(collector)
     ProcessCollector(registry=registry)

@@ -11,8 +11,9 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+from inferwatch.exporters.triton.configcache import DEFAULT_MAX_AGE_SECONDS
 from inferwatch.exporters.triton.families import build_families
 from inferwatch.exporters.triton.reader import TargetConfig, TritonReader
 from inferwatch.exporters.triton.snapshot import TritonSnapshot
@@ -24,21 +25,28 @@ class TritonCollector:
     """A prometheus_client collector over several Tritons.
 
     `targets`: what to poll; `interval`: seconds between poll starts; `timeout`: seconds per API call;
-    `concurrency`: API calls in flight per target. Use `start()` for the background loop, or `poll_once()`
-    (tests, benchmarks) for one synchronous poll of every target. `close()` stops the loop.
+    `concurrency`: API calls in flight per target; `config_max_age`: seconds after which an unchanged model's
+    configuration is read again (configcache.py; 0: every poll); `bls_steps`: for models that call others
+    from their code (Python-backend BLS), parent model → the models it calls, which the configuration cannot
+    tell. Use `start()` for the background loop, or `poll_once()` (tests, benchmarks) for one synchronous
+    poll of every target. `close()` stops the loop.
     """
 
     def __init__(self, targets: Iterable[TargetConfig], *, interval: float = 10.0, timeout: float = 5.0,
-                 concurrency: int = 16):
+                 concurrency: int = 16, config_max_age: float = DEFAULT_MAX_AGE_SECONDS,
+                 bls_steps: Mapping[str, Iterable[str]] | None = None):
         self.targets = list(targets)
         names = [t.name for t in self.targets]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate Triton target names: {sorted(n for n in set(names) if names.count(n) > 1)}")
         self.interval = interval
-        self._readers = [TritonReader(t, timeout=timeout, concurrency=concurrency) for t in self.targets]
+        self.bls_steps = {parent: tuple(steps) for parent, steps in (bls_steps or {}).items()}
+        self._readers = [TritonReader(t, timeout=timeout, concurrency=concurrency, config_max_age=config_max_age,
+                                      interval=interval) for t in self.targets]
         self._lock = threading.Lock()
         self._snapshots: dict[str, TritonSnapshot] = {}
         self._errors: Counter = Counter()
+        self._config_fetches: Counter = Counter()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="triton-collector", daemon=True)
         self._thread.start()
@@ -57,6 +65,7 @@ class TritonCollector:
         with self._lock:
             for snap in done:
                 self._snapshots[snap.triton] = snap
+                self._config_fetches[snap.triton] += snap.config_fetches
                 for err in snap.errors:
                     self._errors[(snap.triton, err.endpoint, err.cause)] += 1
         return done
@@ -99,7 +108,8 @@ class TritonCollector:
         with self._lock:
             snaps = list(self._snapshots.values())
             errors = dict(self._errors)
-        yield from build_families(snaps, errors)
+            fetches = dict(self._config_fetches)
+        yield from build_families(snaps, errors, self.bls_steps, fetches)
 
     def describe(self):
         # Families depend on what was polled; an empty describe keeps registration from calling collect().

@@ -1,12 +1,16 @@
-"""I/O: one poll of one Triton through `tritonclient.http.aio` → a `TritonSnapshot` (plain data).
+"""I/O: one poll of one Triton over its HTTP API (aiohttp) → a `TritonSnapshot` (plain data).
 
-Why asyncio (tritonclient's aiohttp client) rather than a thread pool: a fleet of Tritons with hundreds of
-models each means thousands of small calls per interval; coroutines cost far less than threads, and
-`asyncio.wait_for` gives every call its own timeout without leaving a stuck worker behind. Concurrency is
-bounded per target by a semaphore, so one Triton never gets more than `concurrency` calls at once.
+Why asyncio: a fleet of Tritons with hundreds of models each means many small calls per interval; coroutines
+cost far less than threads, and `asyncio.wait_for` gives every call its own timeout without leaving a stuck
+worker behind. Concurrency is bounded per target by a semaphore (and the connection pool), so one Triton
+never gets more than `concurrency` calls at once.
+
+Why aiohttp rather than tritonclient: every answer is read with a size bound (answers.py) and decoded without
+floats (exact uint64 counts, stats.py); tritonclient reads whole bodies and offers neither.
 
 Failure isolation: every call is wrapped; a failure becomes a `PollError(endpoint, cause)` and leaves the
-rest of the snapshot intact. A failed config call drops only that model's config figures.
+rest of the snapshot intact. A failed config call drops only that model's config figures; a malformed
+statistics entry drops only that model version's statistics.
 """
 
 from __future__ import annotations
@@ -15,15 +19,16 @@ import asyncio
 import dataclasses
 import logging
 import time
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 import aiohttp
-from tritonclient.http.aio import InferenceServerClient
-from tritonclient.utils import InferenceServerException
 
-from inferwatch.exporters.triton.snapshot import (
-    PollError, TritonSnapshot, parse_batch_stats, parse_config, parse_index,
+from inferwatch.exporters.triton.answers import (
+    DEFAULT_MAX_ANSWER_BYTES, CHUNK_BYTES, AnswerTooLarge, HttpStatusError, decode_json, error_text, read_capped,
 )
+from inferwatch.exporters.triton.configcache import DEFAULT_MAX_AGE_SECONDS, ConfigCache, index_keys
+from inferwatch.exporters.triton.snapshot import PollError, TritonSnapshot, parse_config, parse_index
+from inferwatch.exporters.triton.stats import parse_stats
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +38,14 @@ SUMMARY_MARKER = b"_summary_us"
 
 @dataclasses.dataclass(frozen=True)
 class TargetConfig:
-    """One Triton to poll. `headers` are resolved values (secrets revealed), sent on every API call."""
+    """One Triton to poll. `headers` are resolved values (secrets revealed), sent on every API call;
+    `max_answer_bytes` bounds every answer read from it (answers.py)."""
 
     name: str
     url: str
     metrics_url: str = ""
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
     def resolved_metrics_url(self) -> str:
         if self.metrics_url:
@@ -56,17 +63,17 @@ def classify(exc: BaseException) -> str:
     """Map an exception from a call to a cause of the closed set in snapshot.CAUSES."""
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timeout"
-    if isinstance(exc, InferenceServerException):
-        status = str(exc.status() or "")
-        if status in ("401", "403"):
-            return "forbidden"  # restricted API (--http-restricted-api) without or with a wrong header
-        if "decoding the response" in (exc.message() or ""):
-            return "bad_response"
-        return "http_error"
-    if isinstance(exc, (aiohttp.ClientConnectionError, ConnectionError, OSError)):
-        return "connection"
+    if isinstance(exc, AnswerTooLarge):
+        return "too_large"
+    if isinstance(exc, HttpStatusError):
+        # restricted API (--http-restricted-api) without or with a wrong header
+        return "forbidden" if exc.status in (401, 403) else "http_error"
     if isinstance(exc, aiohttp.ClientResponseError):
         return "http_error"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "bad_response"  # a body cut or malformed on the wire
+    if isinstance(exc, (aiohttp.ClientConnectionError, ConnectionError, OSError)):
+        return "connection"
     if isinstance(exc, (ValueError, KeyError, TypeError)):
         return "bad_response"
     return "other"
@@ -75,32 +82,33 @@ def classify(exc: BaseException) -> str:
 class TritonReader:
     """Polls one Triton. Create and use it inside one event loop (aiohttp sessions are loop-bound).
 
-    `timeout`: seconds per call; `concurrency`: calls in flight at once to this Triton.
+    `timeout`: seconds per call; `concurrency`: calls in flight at once to this Triton; `config_max_age` and
+    `interval` (seconds) drive which model configurations are fetched (configcache.py).
     """
 
-    def __init__(self, target: TargetConfig, *, timeout: float = 5.0, concurrency: int = 16):
+    def __init__(self, target: TargetConfig, *, timeout: float = 5.0, concurrency: int = 16,
+                 config_max_age: float = DEFAULT_MAX_AGE_SECONDS, interval: float = 10.0):
         self.target = target
         self.timeout = timeout
         self.concurrency = concurrency
-        self._client: InferenceServerClient | None = None
+        self.configs = ConfigCache(config_max_age, interval)
+        self._base = target.url.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
         self._was_up: bool | None = None
         self._failing: set[tuple[str, str, str]] = set()  # logged once while they keep failing
 
     def _open(self) -> None:
-        parsed = urlparse(self.target.url)
-        base = parsed.netloc + parsed.path.rstrip("/")
-        self._client = InferenceServerClient(base, ssl=parsed.scheme == "https", conn_limit=self.concurrency,
-                                             conn_timeout=self.timeout)
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.concurrency),
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+            headers=self.target.headers or None)
         self._sem = asyncio.Semaphore(self.concurrency)
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        if self._session is not None:
             await self._session.close()
-            self._client = self._session = None
+            self._session = None
 
     async def _call(self, endpoint: str, make, errors: list[PollError], what: str = ""):
         async with self._sem:
@@ -114,57 +122,95 @@ class TritonReader:
 
     async def read(self) -> TritonSnapshot:
         """One poll. Never raises for Triton-side failures; they land in `snapshot.errors`."""
-        if self._client is None:
+        if self._session is None:
             self._open()
         started = time.monotonic()
         errors: list[PollError] = []
-        h = self.target.headers or None
-        c = self._client
-        live = await self._call("live", lambda: c.is_server_live(headers=h), errors)
+        live = await self._call("live", lambda: self._ok("GET", "/v2/health/live"), errors)
         snap = TritonSnapshot(self.target.name, up=not isinstance(live, _Failed), errors=errors)
-        if snap.up:
+        if not snap.up:
+            self.configs.clear()  # a restart may bring other configurations with the same versions
+        else:
             snap.live = bool(live)
             ready, index, stats, summaries = await asyncio.gather(
-                self._call("ready", lambda: c.is_server_ready(headers=h), errors),
-                self._call("index", lambda: self._index(), errors),
-                self._call("stats", lambda: self._stats(), errors),
+                self._call("ready", lambda: self._ok("GET", "/v2/health/ready"), errors),
+                self._call("index", lambda: self._json("POST", "/v2/repository/index", b"{}"), errors),
+                self._call("stats", lambda: self._json("GET", "/v2/models/stats"), errors),
                 self._call("metrics", self._summaries, errors),
             )
             snap.ready = None if isinstance(ready, _Failed) else bool(ready)
             snap.summaries_enabled = None if isinstance(summaries, _Failed) else summaries
             if not isinstance(index, _Failed):
+                index = self._parsed("index", parse_index, index, errors)
+            if not isinstance(index, _Failed):
                 snap.models = index
-                names = sorted({m.name for m in index if m.state == "READY"})
-                configs = await asyncio.gather(*(
-                    self._call("config", _bind(self._config, n), errors, what=f"model {n}") for n in names))
-                snap.configs = {n: cfg for n, cfg in zip(names, configs) if not isinstance(cfg, _Failed)}
+                await self._read_configs(snap, errors)
             if not isinstance(stats, _Failed):
+                stats = self._parsed("stats", parse_stats, stats, errors)
+            if not isinstance(stats, _Failed):
+                parsed, problems = stats
+                errors.extend(PollError("stats", "bad_response", p) for p in problems)
                 known = None if snap.models is None else {(m.name, m.version) for m in snap.models}
                 # Only versions the index still lists: a model being unloaded must not linger via stats.
-                snap.batch_executions = {k: v for k, v in stats.items() if known is None or k in known}
+                snap.stats = {k: v for k, v in parsed.items() if known is None or k in known}
         snap.duration_seconds = time.monotonic() - started
         snap.timestamp = time.time()
         self._log(snap)
         return snap
 
-    async def _index(self):
-        return parse_index(await self._client.get_model_repository_index(headers=self.target.headers or None))
+    async def _read_configs(self, snap: TritonSnapshot, errors: list[PollError]) -> None:
+        ready = {m.name for m in snap.models if m.state == "READY"}
+        keys = {name: key for name, key in index_keys(snap.models).items() if name in ready}
+        due = self.configs.due(keys, time.monotonic())
+        answers = await asyncio.gather(*(
+            self._call("config", _bind(self._config, n), errors, what=f"model {n}") for n in due))
+        now = time.monotonic()
+        for name, figures in zip(due, answers):
+            if isinstance(figures, _Failed):
+                self.configs.drop(name)
+            else:
+                self.configs.store(name, keys[name], figures, now)
+        snap.configs = self.configs.figures(sorted(keys))
+        snap.config_fetches = len(due)
 
-    async def _stats(self):
-        return parse_batch_stats(await self._client.get_inference_statistics(headers=self.target.headers or None))
+    @staticmethod
+    def _parsed(endpoint: str, parse, answer, errors: list[PollError]):
+        try:
+            return parse(answer)
+        except ValueError as exc:
+            errors.append(PollError(endpoint, "bad_response", str(exc)[:300]))
+            return _Failed("bad_response")
+
+    async def _ok(self, method: str, path: str) -> bool:
+        """True when `path` answers 200 (health: 400 means not live/ready; any answer means up)."""
+        async with self._session.request(method, self._base + path) as resp:
+            await read_capped(resp, self.target.max_answer_bytes)
+            return resp.status == 200
+
+    async def _json(self, method: str, path: str, data: bytes | None = None) -> object:
+        async with self._session.request(method, self._base + path, data=data) as resp:
+            body = await read_capped(resp, self.target.max_answer_bytes)
+            if resp.status != 200:
+                raise HttpStatusError(resp.status, error_text(body))
+            return decode_json(body)
 
     async def _config(self, name: str):
-        return parse_config(await self._client.get_model_config(name, headers=self.target.headers or None))
+        return parse_config(await self._json("GET", f"/v2/models/{quote(name, safe='')}/config"))
 
     async def _summaries(self) -> bool:
-        # tritonclient has no call for /metrics; read it with aiohttp, stopping at the first summary line so
-        # a large fleet's exposition is usually not read whole.
-        async with self._session.get(self.target.resolved_metrics_url(), headers=self.target.headers) as resp:
-            resp.raise_for_status()
-            tail = b""
-            async for chunk in resp.content.iter_chunked(64 * 1024):
+        # Stop at the first summary line, so a large fleet's exposition is usually not read whole; never read
+        # more than the answer limit.
+        limit = self.target.max_answer_bytes
+        async with self._session.get(self.target.resolved_metrics_url()) as resp:
+            if resp.status != 200:
+                raise HttpStatusError(resp.status, error_text(await read_capped(resp, limit)))
+            tail, seen = b"", 0
+            async for chunk in resp.content.iter_chunked(CHUNK_BYTES):
                 if SUMMARY_MARKER in tail + chunk:
                     return True
+                seen += len(chunk)
+                if seen > limit:
+                    raise AnswerTooLarge(f"metrics answer longer than the limit of {limit} bytes")
                 tail = chunk[-len(SUMMARY_MARKER):]
             return False
 
@@ -180,7 +226,7 @@ class TritonReader:
         # One line when a call starts failing and one when it recovers, not one per poll.
         failing = set()
         for err in snap.errors:
-            key = (err.endpoint, err.cause, err.detail.split(":", 1)[0] if err.endpoint == "config" else "")
+            key = (err.endpoint, err.cause, err.detail.split(":", 1)[0] if err.endpoint in ("config", "stats") else "")
             failing.add(key)
             if key not in self._failing:
                 log.warning("triton %s: %s call failed (%s): %s", self.target.name, err.endpoint, err.cause,
@@ -196,7 +242,7 @@ def _bind(fn, arg):
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, InferenceServerException):
-        return f"HTTP {exc.status()}: {exc.message()}"[:300]
+    if isinstance(exc, (HttpStatusError, AnswerTooLarge)):
+        return str(exc)[:300]
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"[:300]

@@ -1,10 +1,10 @@
 """Plain data one poll of one Triton yields (`TritonSnapshot`), and pure parsers from Triton's JSON answers.
 
-Shapes of the answers (KServe v2 + Triton extensions, research/triton_metrics.md §2):
+Shapes of the answers (KServe v2 + Triton's extensions, server docs/protocol/):
   POST /v2/repository/index  -> [{"name", "version"?, "state"?, "reason"?}, ...]
-  GET  /v2/models/<m>/config -> the model configuration as JSON (max_batch_size, dynamic_batching, instance_group)
-  GET  /v2/models/stats      -> {"model_stats": [{"name", "version", "batch_stats": [{"batch_size",
-                                "compute_infer": {"count", "ns"}}, ...]}, ...]}
+  GET  /v2/models/<m>/config -> the model configuration as JSON (max_batch_size, dynamic_batching,
+                                instance_group, model_transaction_policy, ensemble_scheduling)
+  GET  /v2/models/stats      -> see stats.py
 Parsers raise `ValueError` on an answer of the wrong shape; the reader counts that as cause `bad_response`.
 """
 
@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 
-# The state set the collector exposes (issue 4). Triton also knows UNKNOWN (core model_lifecycle.cc),
+from inferwatch.exporters.triton.stats import ModelStats, field
+
+# The state set the collector exposes. Triton also knows UNKNOWN (core model_lifecycle.cc),
 # which is none of these: all four series are then 0.
 STATES = ("READY", "UNAVAILABLE", "LOADING", "UNLOADING")
 # Reason Triton's index gives a version after an explicit unload: a deliberate act, not a fault.
 UNLOADED_REASON = "unloaded"
 
-# Closed sets for the poll-error counter (created at zero, STYLE.md).
+# Closed sets for the poll-error counter (created at zero, so rates work from the first error).
 ENDPOINTS = ("live", "ready", "index", "config", "stats", "metrics")
-CAUSES = ("timeout", "connection", "forbidden", "http_error", "bad_response", "other")
+CAUSES = ("timeout", "connection", "forbidden", "http_error", "bad_response", "too_large", "other")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,12 +37,15 @@ class ModelVersionState:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfigFigures:
-    """The figures of a model configuration that batching alerts need.
+    """The figures of a model configuration that batching alerts and the ensemble view need.
 
     `preferred_batch_size_max` is the largest preferred_batch_size, or max_batch_size when dynamic batching
     is on without preferred sizes (Triton's batcher then forms batches as large as it can, up to
     max_batch_size: docs/user_guide/model_configuration.md "Preferred Batch Sizes"); None without dynamic
     batching. `instances` maps instance-group kind (KIND_CPU, KIND_GPU, ...) to the instance count.
+    `decoupled`: model_transaction_policy.decoupled (any number of responses per request, e.g. streamed
+    tokens). `ensemble_steps`: for an ensemble, the model names of its ensemble_scheduling steps in step
+    order, each once.
     """
 
     max_batch_size: int
@@ -48,6 +53,8 @@ class ModelConfigFigures:
     preferred_batch_size_max: int | None
     max_queue_delay_seconds: float | None
     instances: dict[str, int]
+    decoupled: bool = False
+    ensemble_steps: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +71,10 @@ class TritonSnapshot:
     - `up`: the collector got an HTTP answer from /v2/health/live.
     - `live`/`ready`: those endpoints answered 200 (None when `up` is False).
     - `models`: loaded or failed versions (deliberately unloaded and never-loaded ones are left out).
-    - `configs`: per model name; `batch_executions`: per (model, version) a map batch size → executions.
+    - `configs`: per model name (the last configuration read; see configcache.py).
+    - `stats`: per (model, version) its statistics (None: the statistics call failed this poll).
     - `summaries_enabled`: Triton's /metrics carries nv_inference_*_summary_us (None: not read).
+    - `config_fetches`: model configurations requested this poll (the others came from the cache).
     """
 
     triton: str
@@ -74,8 +83,9 @@ class TritonSnapshot:
     ready: bool | None = None
     models: list[ModelVersionState] | None = None
     configs: dict[str, ModelConfigFigures] = dataclasses.field(default_factory=dict)
-    batch_executions: dict[tuple[str, str], dict[int, int]] | None = None
+    stats: dict[tuple[str, str], ModelStats] | None = None
     summaries_enabled: bool | None = None
+    config_fetches: int = 0
     errors: list[PollError] = dataclasses.field(default_factory=list)
     duration_seconds: float = 0.0
     timestamp: float = 0.0
@@ -124,25 +134,14 @@ def parse_config(answer: object) -> ModelConfigFigures:
             if kind == "KIND_GPU" and gpus:
                 count *= len(gpus)
             instances[kind] = instances.get(kind, 0) + count
+        decoupled = bool((field(answer, "model_transaction_policy") or {}).get("decoupled", False))
+        steps: list[str] = []
+        for step in field(field(answer, "ensemble_scheduling") or {}, "step") or []:
+            name = field(step, "model_name")
+            if not isinstance(name, str) or not name:
+                raise ValueError("model config: ensemble step without a model_name")
+            if name not in steps:
+                steps.append(name)
     except (TypeError, AttributeError) as exc:
         raise ValueError(f"model config: {exc}") from None
-    return ModelConfigFigures(max_batch, enabled, preferred, delay, instances)
-
-
-def parse_batch_stats(answer: object) -> dict[tuple[str, str], dict[int, int]]:
-    """Statistics answer → {(model, version): {batch_size: executions}}.
-
-    Executions per batch size are `batch_stats[].compute_infer.count` (one count per executed batch of
-    that size; extension_statistics.md). Raises ValueError on a malformed answer.
-    """
-    if not isinstance(answer, dict) or not isinstance(answer.get("model_stats"), list):
-        raise ValueError("statistics: expected {\"model_stats\": [...]}")
-    out: dict[tuple[str, str], dict[int, int]] = {}
-    try:
-        for stat in answer["model_stats"]:
-            sizes = out.setdefault((str(stat["name"]), str(stat.get("version", ""))), {})
-            for batch in stat.get("batch_stats") or []:
-                sizes[int(batch["batch_size"])] = int(batch["compute_infer"]["count"])
-    except (TypeError, KeyError, AttributeError) as exc:
-        raise ValueError(f"statistics: malformed entry ({exc!r})") from None
-    return out
+    return ModelConfigFigures(max_batch, enabled, preferred, delay, instances, decoupled, tuple(steps))

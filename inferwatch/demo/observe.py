@@ -14,6 +14,7 @@ import time
 import requests
 
 from inferwatch.rules.names import ALERTS
+from inferwatch.testing.channel_text import slack_block_display, slack_display
 
 # `[FIRING:2] AlertName extra` — the notifier's titles (notifier/channels/common.py group_title).
 TITLE = re.compile(r"\[(FIRING|RESOLVED):\d+\] ([A-Za-z0-9_]+)")
@@ -34,22 +35,30 @@ class Delivery:
     title: str
     runbook: str = ""
     triage: str = ""
+    group: str = ""         # the group's label values from the title (`toy_llm acme realtime warning`)
 
     @property
     def layers(self) -> set[str]:
         return {ALERTS[a].layer for a in self.alerts if a in ALERTS}
 
 
-def _pagerduty(body: dict, dedup_names: dict[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...], str, str, str]:
+def group_of(title: str) -> str:
+    """The group's label values in a notifier title: `[FIRING:1] LlmTtftP95High toy_llm acme realtime` ->
+    `toy_llm acme realtime` (PagerDuty summaries continue with ` — <summary>`)."""
+    m = TITLE.search(title)
+    return title[m.end():].split(" — ", 1)[0].strip() if m else ""
+
+
+def _pagerduty(body: dict, dedup_names: dict[str, tuple]) -> tuple[str, tuple[str, ...], str, str, str]:
     dedup = body.get("dedup_key", "")
     if body.get("event_action") == "resolve":
-        names = dedup_names.get(dedup, ())
-        return "resolved", names, f"resolve {', '.join(names) or dedup[:12]}", "", ""
+        names, group = dedup_names.get(dedup, ((), ""))
+        return "resolved", names, f"resolve {', '.join(names) or dedup[:12]}" + (f" {group}" if group else ""), "", ""
     payload = body.get("payload") or {}
     summary = payload.get("summary", "")
     m = TITLE.search(summary)
     names = (m.group(2),) if m else ((payload.get("group"),) if payload.get("group") else ())
-    dedup_names[dedup] = names
+    dedup_names[dedup] = (names, group_of(summary))
     runbook = next((link.get("href", "") for link in body.get("links", []) if link.get("text") == "Runbook"), "")
     triage = (payload.get("custom_details") or {}).get("triage", "")
     return "firing", names, summary, runbook, triage
@@ -62,17 +71,19 @@ def _slack(body: dict) -> tuple[str, tuple[str, ...], str, str, str]:
         for element in block.get("elements", []):
             if (element.get("text") or {}).get("text") == "Runbook":
                 runbook = element.get("url", "")
-        text = (block.get("text") or {}).get("text", "")
-        if "*Triage:*" in text:
-            triage = text.split("*Triage:*", 1)[1].strip()
-    return (*_names(title, json_text=str(body.get("blocks", ""))), title, runbook, triage)
+        text, _ = slack_block_display(block)
+        if text.startswith("Triage: "):
+            triage = text.split("Triage: ", 1)[1].strip()
+    return (*_names(title, json_text=slack_display(body)[0]), title, runbook, triage)
 
 
 def _wecom(text: str) -> tuple[str, tuple[str, ...], str, str, str]:
     first = text.splitlines()[0] if text else ""
     title = re.sub(r"<[^>]+>", "", first).lstrip("# ").strip()
     m = WECOM_RUNBOOK.search(text)
-    triage = next((line.split("Triage:", 1)[1].strip() for line in text.splitlines() if line.startswith("> Triage:")), "")
+    # Markdown quotes it ("> Triage: `…`" when the finding has markdown characters); a text message does not.
+    triage = next((line.split("Triage:", 1)[1].strip().strip("`") for line in text.splitlines()
+                   if line.startswith(("> Triage:", "Triage:"))), "")
     return (*_names(text), title, m.group(1) if m else "", triage)
 
 
@@ -94,7 +105,7 @@ class DeliveryLog:
         self.channel_of = channel_of_provider
         self.deliveries: list[Delivery] = []
         self._seen: dict[str, int] = {}
-        self._dedup_names: dict[str, tuple[str, ...]] = {}
+        self._dedup_names: dict[str, tuple] = {}
 
     def poll(self) -> list[Delivery]:
         new: list[Delivery] = []
@@ -111,8 +122,10 @@ class DeliveryLog:
                 else:
                     parsed = ("firing", (), r.text[:200], "", "")
                 status, names, title, runbook, triage = parsed
+                group = (self._dedup_names.get(r.body.get("dedup_key", ""), ((), ""))[1]
+                         if provider.name == "pagerduty" else group_of(title))
                 new.append(Delivery(r.at, provider.name, self.channel_of.get(provider.name, ""), status, names,
-                                    title, runbook, triage))
+                                    title, runbook, triage, group))
             self._seen[provider.name] = len(received)
         new.sort(key=lambda d: d.at)
         self.deliveries.extend(new)

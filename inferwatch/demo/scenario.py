@@ -26,6 +26,9 @@ from inferwatch.errors import StackError
 FAULT_GAP_S = 8.0          # between two fault injections, so the timeline reads one fault at a time
 SETTLE_S = 4.0             # after the last resolution: anything still on its way shows up
 POLL_S = 1.0
+# Events are printed this long after they happened, in time order: a poll of Prometheus and one of the
+# providers can report things out of order (an alert seen firing at this poll, a message accepted before it).
+REORDER_S = 2.5
 # Margin on top of the pipeline's own delays: Python start-up of a request, a busy 2-core machine.
 MARGIN_S = 20.0
 
@@ -75,9 +78,12 @@ class FaultOutcome:
     injected_at: float | None = None
     removed_at: float | None = None
     fired_at: float | None = None
-    delivered: Delivery | None = None
-    resolved: Delivery | None = None
-    companions: list[str] = dataclasses.field(default_factory=list)  # other alerts of the layer delivered
+    delivered: Delivery | None = None   # the first message about the fault's alert
+    resolved: Delivery | None = None    # the first resolution of it
+    # Per alert group (e.g. one per tenant for an L3 alert): its first message and its resolution.
+    groups: dict[str, Delivery] = dataclasses.field(default_factory=dict)
+    group_resolutions: dict[str, Delivery] = dataclasses.field(default_factory=dict)
+    companions: dict[str, Delivery] = dataclasses.field(default_factory=dict)  # other alerts of the layer
 
     def after(self, t: float | None, since: float | None) -> float | None:
         return None if t is None or since is None else t - since
@@ -99,15 +105,25 @@ class ScenarioResult:
         return [d for d in self.deliveries if self.first_fault_at is None or d.at < self.first_fault_at]
 
     def misrouted(self, router: Router) -> list[tuple[Delivery, list[str]]]:
-        """Deliveries on a channel the spec's routes do not send their alerts' layer to: (delivery, expected)."""
+        """Deliveries on a channel the spec's routes do not send their alerts to (by layer and severity):
+        (delivery, expected channels)."""
         wrong = []
         for d in self.deliveries:
             for name in d.alerts or ("?",):
-                info = ALERTS.get(name)
-                expected = router.receivers({"alertname": name, "layer": info.layer if info else ""})
+                expected = expected_channels(router, name)
                 if d.channel not in expected:
                     wrong.append((d, expected))
         return wrong
+
+
+def expected_channels(router: Router, alert: str) -> list[str]:
+    """Channels the spec's routes send an alert of this name to, over every severity it can have."""
+    info = ALERTS.get(alert)
+    out: list[str] = []
+    for severity in (info.severities if info else ("",)):
+        labels = {"alertname": alert, "layer": info.layer if info else "", "severity": severity}
+        out += [c for c in router.receivers(labels) if c not in out]
+    return out
 
 
 class ScenarioRunner:
@@ -126,15 +142,22 @@ class ScenarioRunner:
         self.alerts = AlertWatch(stack.prometheus_url)
         self.events: list[Event] = []
         self.bounds = Bounds.from_spec(self.spec)
-        self.outcomes = [FaultOutcome(f, self.router.receivers({"layer": f.layer, "alertname": f.alert}))
-                         for f in faults]
+        self.outcomes = [FaultOutcome(f, expected_channels(self.router, f.alert)) for f in faults]
+        self._pending: list[Event] = []
         self.phase = "starting"
         self.t0 = time.time()
 
     # ------------------------------------------------------------------------------------------ events
     def _emit(self, event: Event) -> None:
-        self.events.append(event)
-        self.on_event(event)
+        self._pending.append(event)
+
+    def _flush(self, until: float | None = None) -> None:
+        """Hand events that happened before `until` (all when None) to the reporter, in time order."""
+        self._pending.sort(key=lambda e: e.at)
+        while self._pending and (until is None or self._pending[0].at <= until):
+            event = self._pending.pop(0)
+            self.events.append(event)
+            self.on_event(event)
 
     def _outcome(self, layer: str) -> FaultOutcome | None:
         return next((o for o in self.outcomes if o.fault.layer == layer), None)
@@ -156,12 +179,15 @@ class ScenarioRunner:
                 if o.fault.layer not in d.layers:
                     continue
                 if d.status == "firing" and o.injected_at is not None:
-                    if o.fault.alert in d.alerts and o.delivered is None:
-                        o.delivered = d
-                    o.companions += [n for n in d.alerts if n != o.fault.alert and n not in o.companions]
-                if (d.status == "resolved" and o.removed_at is not None and o.fault.alert in d.alerts
-                        and o.resolved is None):
-                    o.resolved = d
+                    if o.fault.alert in d.alerts:
+                        o.delivered = o.delivered or d
+                        o.groups.setdefault(d.group, d)
+                    for name in d.alerts:
+                        if name != o.fault.alert:
+                            o.companions.setdefault(name, d)
+                if d.status == "resolved" and o.removed_at is not None and o.fault.alert in d.alerts:
+                    o.resolved = o.resolved or d
+                    o.group_resolutions.setdefault(d.group, d)
             o = next((o for o in self.outcomes if o.fault.layer in d.layers), None)
             since = (o.removed_at if d.status == "resolved" else o.injected_at) if o else None
             self._emit(Event(d.at, "resolved" if d.status == "resolved" else "delivered", d.title, delivery=d,
@@ -173,6 +199,7 @@ class ScenarioRunner:
             s = dead[0]
             raise StackError(f"{s.name} exited during the demo; see its log {s.log_path}")
         self._observe()
+        self._flush(time.time() - REORDER_S)
         totals = self.workload.totals()
         traffic = " ".join(f"{k} {ok} ok/{failed} failed" for k, (ok, failed) in totals.items())
         per_channel: dict[str, int] = {}
@@ -232,11 +259,16 @@ class ScenarioRunner:
             o.fault.remove()
             o.removed_at = time.time()
             self._emit(Event(o.removed_at, "removed", f"{o.fault.title} removed", fault=o.fault))
-        self._wait(deadline, done=lambda: all(o.resolved for o in self.outcomes))
+        self._wait(deadline, done=self._all_resolved)
         self._wait(min(deadline, time.time() + SETTLE_S))
         self._phase("done", "scenario finished")
+        self._flush()
         return ScenarioResult(self.t0, first_fault, removed, time.time(), list(self.deliveries.deliveries),
                               self.outcomes, self.events, self.bounds, attempts_clean)
+
+    def _all_resolved(self) -> bool:
+        """Every fault's alert resolved, in every group it fired for (each tenant of an L3 alert)."""
+        return all(o.resolved and set(o.group_resolutions) >= set(o.groups) for o in self.outcomes)
 
     def keep_running(self) -> None:
         """Clean traffic and live status until Ctrl-C (KeyboardInterrupt propagates)."""

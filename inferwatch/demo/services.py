@@ -147,7 +147,8 @@ class DemoStack:
 
         def notifier() -> Service:
             env = {**c.env, "INFERWATCH_PROMETHEUS_URL": self.prometheus_url, "INFERWATCH_SPEC": str(spec)}
-            return self._cli("notifier", "notifier: L1 -> phone (PagerDuty), L2 -> Slack, L3 -> WeCom",
+            what = "notifier: L1 critical -> phone (PagerDuty), L1 warning and L2 -> Slack, L3 -> WeCom"
+            return self._cli("notifier", what,
                              ["notifier", "--spec", str(spec), "--host", HOST, "--port", str(p.notifier),
                               "--data-dir", str(w / "notifier")],
                              f"http://{HOST}:{p.notifier}/-/ready", {"webhook": f"{c.spec.targets.notifier}/alerts"},

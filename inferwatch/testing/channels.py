@@ -8,6 +8,12 @@ server on one loopback port serves all four; each provider keeps its own state a
   "hang"        hold the request for `hang_s` seconds (a provider that stops answering), then 503
   "rate_limit"  the provider's throttling answer (429, or WeCom errcode 45009)
   "bad_key"     the provider's answer to a wrong key/URL
+Size limits are attributes a test may lower, to play a provider that measures more strictly than it
+documents: `SlackSim.max_total_chars` (`msg_blocks_too_long`), `WeComSim.max_markdown_bytes` /
+`max_text_bytes` (errcode 40058), `PagerDutySim.max_event_bytes` (400 "Event object is too large");
+`reset()` restores the documented limits and mode "ok".
+Each accepted request is recorded with its raw bytes, what a person would see and who it mentions
+(inferwatch/testing/channel_text.py models how Slack and WeCom read a message).
 Facts: PagerDuty Events API v2, Slack incoming webhooks and WeCom group robot documentation (limits and
 error answers as named constants in inferwatch/notifier/channels/).
 """
@@ -24,6 +30,8 @@ from collections import deque
 
 from aiohttp import web
 
+from inferwatch.testing.channel_text import slack_block_ok, slack_display, slack_text_chars, wecom_display
+
 MODES = ("ok", "down", "hang", "rate_limit", "bad_key")
 
 
@@ -36,6 +44,10 @@ class Received:
     path: str
     body: dict
     text: str  # the human-visible text (Slack blocks flattened, WeCom markdown, PagerDuty summary)
+    raw: bytes = b""                    # the request body exactly as sent
+    mentions: tuple[str, ...] = ()      # who the message notifies (Slack/WeCom mentions)
+    headers: dict = dataclasses.field(default_factory=dict)
+    peer: tuple = ()                    # the client's (host, port): the same port means a reused connection
 
 
 class _Provider:
@@ -50,6 +62,10 @@ class _Provider:
         self.lock = threading.Lock()
         self.in_flight = threading.Event()  # set while a "hang" request is being held
 
+    def reset(self) -> None:
+        """Mode "ok" and the provider's documented limits (subclasses restore theirs)."""
+        self.mode = "ok"
+
     def set_mode(self, mode: str, hang_s: float | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -61,9 +77,12 @@ class _Provider:
         with self.lock:
             return [r.text for r in self.received]
 
-    def _accept(self, request: web.Request, body: dict, text: str) -> None:
+    def _accept(self, request: web.Request, body: dict, text: str, raw: bytes = b"",
+                mentions: tuple[str, ...] = ()) -> None:
         with self.lock:
-            self.received.append(Received(time.time(), self.name, request.path_qs, body, text))
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            self.received.append(Received(time.time(), self.name, request.path_qs, body, text, raw,
+                                          tuple(mentions), dict(request.headers), tuple(peer or ())))
 
     def _reject(self, answer: str) -> None:
         with self.lock:
@@ -91,6 +110,11 @@ class PagerDutySim(_Provider):
     def __init__(self, routing_key: str = "R" * 32):
         super().__init__()
         self.routing_key = routing_key
+        self.reset()
+
+    def reset(self) -> None:
+        super().reset()
+        self.max_event_bytes = 512_000
         self.open: dict[str, dict] = {}  # dedup_key → last trigger: the incidents PagerDuty would show
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -123,7 +147,8 @@ class PagerDutySim(_Provider):
                 errors.append("'payload.source' is missing")
             if payload.get("severity") not in self.SEVERITIES:
                 errors.append("'payload.severity' is invalid")
-        if len(await request.read()) > 512_000:
+        raw = await request.read()
+        if len(raw) > self.max_event_bytes:
             errors.append("Event object is too large")
         if errors:
             return self._invalid(errors)
@@ -133,7 +158,7 @@ class PagerDutySim(_Provider):
                 self.open[dedup] = event
             elif action == "resolve":
                 self.open.pop(dedup, None)
-        self._accept(request, event, text)
+        self._accept(request, event, text, raw)
         return web.json_response({"status": "success", "message": "Event processed", "dedup_key": dedup}, status=202)
 
     def _invalid(self, errors: list[str]) -> web.Response:
@@ -151,6 +176,13 @@ class SlackSim(_Provider):
     def __init__(self, hook_path: str = "/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX"):
         super().__init__()
         self.hook_path = hook_path
+        self.reset()
+
+    def reset(self) -> None:
+        super().reset()
+        # Slack documents no cumulative limit but answers msg_blocks_too_long near 12,000-13,000 characters
+        # of block text (slackapi/bolt-js#2509, #2867).
+        self.max_total_chars = 12_000
 
     async def handle(self, request: web.Request) -> web.Response:
         mode = await self._gate()
@@ -172,33 +204,18 @@ class SlackSim(_Provider):
             self._reject("400 no_text")
             return web.Response(status=400, text="no_text")
         blocks = msg.get("blocks") or []
-        if len(blocks) > 50 or any(not _slack_block_ok(b) for b in blocks):
+        if not isinstance(blocks, list) or len(blocks) > 50 or any(not slack_block_ok(b) for b in blocks):
             self._reject("400 invalid_blocks")
             return web.Response(status=400, text="invalid_blocks")
-        self._accept(request, msg, "\n".join([msg.get("text", "")] + [_slack_block_text(b) for b in blocks]))
+        if slack_text_chars(blocks) > self.max_total_chars:
+            self._reject("400 msg_blocks_too_long")
+            return web.Response(status=400, text="msg_blocks_too_long")
+        if len(msg.get("text", "")) > 40_000:
+            self._reject("400 msg_too_long")
+            return web.Response(status=400, text="msg_too_long")
+        text, mentions = slack_display(msg)
+        self._accept(request, msg, text, await request.read(), mentions)
         return web.Response(status=200, text="ok")
-
-
-def _slack_block_ok(block: dict) -> bool:
-    kind = block.get("type")
-    if kind == "header":
-        return len(block["text"]["text"]) <= 150
-    if kind == "section":
-        if "text" in block and len(block["text"]["text"]) > 3000:
-            return False
-        return len(block.get("fields", [])) <= 10 and all(len(f["text"]) <= 2000 for f in block.get("fields", []))
-    if kind == "actions":
-        return all(e.get("url", "").startswith(("http://", "https://")) for e in block.get("elements", []))
-    return kind in ("context", "divider")
-
-
-def _slack_block_text(block: dict) -> str:
-    parts = []
-    if "text" in block:
-        parts.append(block["text"]["text"])
-    parts += [f["text"] for f in block.get("fields", [])]
-    parts += [f"[{e['text']['text']}]({e.get('url', '')})" for e in block.get("elements", []) if "text" in e]
-    return "\n".join(parts)
 
 
 class WeComSim(_Provider):
@@ -207,12 +224,17 @@ class WeComSim(_Provider):
 
     name = "wecom"
     LIMIT_PER_MINUTE = 20
-    MAX_MARKDOWN_BYTES = 4096
 
     def __init__(self, keys: tuple[str, ...] = ("00000000-0000-4000-8000-000000000000",)):
         super().__init__()
         self.keys = set(keys)
         self._recent: dict[str, deque] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        super().reset()
+        self.max_markdown_bytes = 4096
+        self.max_text_bytes = 2048
 
     def messages_for(self, key: str) -> list[Received]:
         with self.lock:
@@ -240,10 +262,12 @@ class WeComSim(_Provider):
             content = msg["markdown"]["content"] if msg.get("msgtype") == "markdown" else msg["text"]["content"]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
             return self._err(40035, "invalid parameter")
-        limit = self.MAX_MARKDOWN_BYTES if msg.get("msgtype") == "markdown" else 2048
+        markdown = msg.get("msgtype") == "markdown"
+        limit = self.max_markdown_bytes if markdown else self.max_text_bytes
         if len(content.encode("utf-8")) > limit:
-            return self._err(40058, f"markdown.content exceed max length {limit}")
-        self._accept(request, msg, content)
+            return self._err(40058, f"{msg.get('msgtype')}.content exceed max length {limit}")
+        shown, mentions = wecom_display(msg)
+        self._accept(request, msg, content if markdown else shown, await request.read(), mentions)
         return web.json_response({"errcode": 0, "errmsg": "ok"})
 
     def _err(self, code: int, text: str) -> web.Response:
@@ -276,7 +300,7 @@ class VoiceSim(_Provider):
         except (json.JSONDecodeError, UnicodeDecodeError):
             self._reject("400")
             return web.json_response({"Code": "InvalidParameter", "Message": "body is not JSON"}, status=400)
-        self._accept(request, body, str(body.get("text", "")))
+        self._accept(request, body, str(body.get("text", "")), await request.read())
         return web.json_response({"Code": "OK", "CallId": str(uuid.uuid4())})
 
 
@@ -358,6 +382,11 @@ class ProviderSimulators:
     def set_mode(self, mode: str, hang_s: float | None = None) -> None:
         for p in self.providers:
             p.set_mode(mode, hang_s)
+
+    def reset(self) -> None:
+        """Every provider back to mode "ok" and its documented limits."""
+        for p in self.providers:
+            p.reset()
 
     def report(self) -> str:
         """What each channel received, for humans (the demo prints this)."""

@@ -1,6 +1,6 @@
 """The real Triton server shipped in `nvidia-pytriton`, serving a plain model repository on loopback.
 
-Two facts learned by running it here (DESIGN.md): the Python backend stub links the system libpython, so
+Two facts learned by running it (docs/sources.md#triton): the Python backend stub links the system libpython, so
 LD_LIBRARY_PATH must point at the running interpreter's LIBDIR; and a plain repository needs a backend
 directory holding `backends/python/*` plus the stub matching this Python version.
 """
@@ -85,6 +85,31 @@ class TritonServer:
         self.process.stop()
 
 
+def server_binary() -> Path:
+    """The bundled tritonserver. Raises StackError (with the install command) when it is missing."""
+    binary = pytriton_dir() / "bin" / "tritonserver"
+    if not binary.exists():
+        raise StackError(f"tritonserver binary missing at {binary}; {INSTALL_HINT}")
+    return binary
+
+
+def server_argv(model_repository: Path, workdir: Path, *, host: str, http_port: int, grpc_port: int,
+                metrics_port: int, metrics_interval_ms: int = 2000, summary_latencies: bool = True,
+                extra_args: list[str] | None = None) -> list[str]:
+    """tritonserver's command line serving `model_repository` on `host` (HTTP, gRPC and metrics), with the
+    backend folder built under `workdir`. Raises StackError when the binary or the Python stub is missing."""
+    return [
+        str(server_binary()),
+        f"--model-repository={model_repository}",
+        f"--backend-directory={backend_directory(Path(workdir))}",
+        f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
+        f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}",
+        # P95 queue time in rules needs summaries (docs/sources.md#triton); counters stay on too.
+        *(["--metrics-config=summary_latencies=true"] if summary_latencies else []),
+        f"--metrics-interval-ms={metrics_interval_ms}",
+    ] + list(extra_args or [])
+
+
 def start_triton(workdir: Path, model_repository: Path = EXAMPLE_MODEL_REPOSITORY, *,
                  extra_args: list[str] | None = None, metrics_interval_ms: int = 1000,
                  ready_path: str = "/v2/health/live", timeout: float = 120.0,
@@ -99,23 +124,13 @@ def start_triton(workdir: Path, model_repository: Path = EXAMPLE_MODEL_REPOSITOR
     Raises StackError (with the install command) when the binary is missing, or the log tail on failure.
     """
     workdir = Path(workdir)
-    binary = pytriton_dir() / "bin" / "tritonserver"
-    if not binary.exists():
-        raise StackError(f"tritonserver binary missing at {binary}; {INSTALL_HINT}")
     http_port = http_port or free_port()
     grpc_port = free_port()
     metrics_port = metrics_port or free_port()
-    argv = [
-        str(binary),
-        f"--model-repository={model_repository}",
-        f"--backend-directory={backend_directory(workdir)}",
-        f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
-        "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
-        # P95 queue time in rules needs summaries (REFERENCES.md); counters stay on too.
-        *(["--metrics-config=summary_latencies=true"] if summary_latencies else []),
-        f"--metrics-interval-ms={metrics_interval_ms}",
-        "--allow-gpu-metrics=false", "--log-verbose=0",
-    ] + list(extra_args or [])
+    argv = server_argv(model_repository, workdir, host="127.0.0.1", http_port=http_port, grpc_port=grpc_port,
+                       metrics_port=metrics_port, metrics_interval_ms=metrics_interval_ms,
+                       summary_latencies=summary_latencies,
+                       extra_args=["--allow-gpu-metrics=false", "--log-verbose=0", *(extra_args or [])])
     url = f"http://127.0.0.1:{http_port}"
     process = ManagedProcess("tritonserver", argv, workdir / "tritonserver.log",
                              ready=lambda: http_ok(url + ready_path), env=server_env())

@@ -2,15 +2,16 @@
 
 Takes the firing alerts from Alertmanager (default, or --firing), or the alerts named on the command line
 (scoped with --label). Each alert's runbook page (runbooks/<AlertName>.md) lists PromQL evidence queries;
-triage runs them against Prometheus scoped to the alert's labels, evaluates the page's findings and prints
-the values, the likely cause(s) and the runbook link. Exit 0 when triage ran, 1 when Prometheus or
-Alertmanager cannot be reached, 2 on bad usage (unknown alert name, bad --label or --at).
+triage runs them against Prometheus scoped to the alert's labels and first checks the alert's own
+condition with the rule's threshold from the spec: when it does not hold, it says so and names no cause.
+Otherwise it evaluates the page's findings and prints the values, the likely cause(s), the findings it
+could not judge for missing evidence (and which), and the runbook link. Exit 0 when triage ran, 1 when
+Prometheus or Alertmanager cannot be reached, 2 on bad usage (unknown alert name, bad --label or --at).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import logging
 import sys
@@ -22,6 +23,7 @@ from inferwatch.triage.engine import AlertTriage, triage_alert
 from inferwatch.triage.evidence import default_runbook_dir, load_runbooks
 from inferwatch.triage.render import print_results, results_json
 from inferwatch.triage.sources import PrometheusSource, SourceUnreachable, fetch_firing_alerts
+from inferwatch.triage.times import parse_time, starts_at
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runbooks", metavar="DIR", default=None,
                    help=f"runbook pages directory (default: {default_runbook_dir()})")
     p.add_argument("--at", metavar="TIME", default=None,
-                   help="evaluate the evidence at this time (RFC 3339 or unix seconds; default: now), "
-                        "e.g. the alert's start")
+                   help="evaluate the evidence at this time (RFC 3339 or unix seconds; default: now); for "
+                        "a named alert also the fault time that time-based findings (a version loaded just "
+                        "before) compare with; with --firing that is each alert's startsAt")
     p.add_argument("--timeout", type=positive_number, default=10.0, metavar="S",
                    help="per-request HTTP timeout in seconds (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the terminal view")
@@ -72,15 +75,11 @@ def parse_labels(items: list[str]) -> dict[str, str]:
     return labels
 
 
-def parse_time(text: str | None) -> float | None:
+def parse_at(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return parse_time(text)
     except ValueError:
         raise UsageError(f"--at expects RFC 3339 (2024-05-01T12:00:00Z) or unix seconds, got {text!r}") from None
 
@@ -101,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     labels = parse_labels(args.label)
-    at = parse_time(args.at)
+    at = parse_at(args.at)
     runbooks = load_runbooks(Path(args.runbooks) if args.runbooks else None)
     prometheus_url = args.prometheus or spec.targets.prometheus
     alertmanager_url = args.alertmanager or spec.targets.alertmanager
@@ -113,18 +112,18 @@ def _run(args: argparse.Namespace) -> int:
         source.check()
         if args.firing or not args.alerts:
             wanted = set(args.alerts)
-            targets = [(a["labels"].get("alertname", "?"), a["labels"], (a.get("annotations") or {}).get("runbook_url"))
+            targets = [(a["labels"].get("alertname", "?"), a["labels"], (a.get("annotations") or {}).get("runbook_url"),
+                        starts_at(a.get("startsAt")))
                        for a in fetch_firing_alerts(alertmanager_url, timeout=args.timeout)
                        if not wanted or a["labels"].get("alertname") in wanted]
         else:
-            targets = [(name, {"alertname": name, **labels}, None) for name in args.alerts]
+            targets = [(name, {"alertname": name, **labels}, None, at) for name in args.alerts]
     except SourceUnreachable as exc:
         return _fail(args, str(exc))
     results: list[AlertTriage] = []
-    for name, alert_labels, url in targets:
+    for name, alert_labels, url, fault_time in targets:
         results.append(triage_alert(name, alert_labels, runbooks.get(name), source,
-                                    url or f"{spec.runbook_base_url}{name}.md",
-                                    rate_window=str(spec.prometheus.rate_window)))
+                                    url or f"{spec.runbook_base_url}{name}.md", spec=spec, fault_time=fault_time))
     if all(e.result.error and "unreachable" in e.result.error for r in results for e in r.evidence) \
             and any(r.evidence for r in results):
         return _fail(args, f"Prometheus at {prometheus_url} stopped answering during triage")

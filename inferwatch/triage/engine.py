@@ -1,23 +1,33 @@
-"""Triage one alert: run its runbook's evidence queries scoped to the alert's labels and say which likely
-causes the values point to.
+"""Triage one alert: resolve the page's spec thresholds, run its evidence queries scoped to the alert's
+labels, check the alert's own condition, then say which likely causes the values point to.
 
-Findings are tried in page order; every one that holds is reported, the first is the *top finding*.
-When none holds the result says so (the page's prose still lists what to check by hand).
+- The alert's condition (the rule's expression, with the rule's thresholds from the spec) is judged first.
+  When it does not hold at the evaluation time, no cause is named: the result says so plainly.
+- Findings are tried in page order; every one that holds is reported, the first is the *top finding*.
+- A finding whose evidence is missing is not made; it is listed in `not_judged` with the values that had
+  no data (three-valued logic, inferwatch.triage.condition).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import datetime as dt
 import re
+import time
 from typing import Mapping
 
-from inferwatch.triage.condition import ConditionError, evaluate
+from inferwatch.spec import Duration, Spec
+from inferwatch.triage.condition import ConditionError, judge as judge_condition, missing_names
 from inferwatch.triage.evidence import Runbook
-from inferwatch.triage.scope import DEFAULT_RATE_WINDOW, scoped
+from inferwatch.triage.scope import scoped
 from inferwatch.triage.sources import PrometheusSource, QueryResult
+from inferwatch.triage.thresholds import BUILTINS, Threshold, builtin, condition_value, query_form, resolve
 
-__all__ = ["Evidence", "MatchedFinding", "AlertTriage", "triage_alert", "format_value"]
+__all__ = ["Evidence", "MatchedFinding", "UnjudgedFinding", "ConditionVerdict", "Judgement", "AlertTriage",
+           "triage_alert", "judge", "format_value", "resolve_thresholds", "query_params", "BUILTIN_UNITS"]
+
+BUILTIN_UNITS = {"rate_window": "seconds", "fault_time": "timestamp"}
 
 
 @dataclasses.dataclass
@@ -25,9 +35,12 @@ class Evidence:
     result: QueryResult
     unit: str
     help: str
+    skipped: str | None = None  # why the query was not run (a threshold it needs is unknown)
 
     @property
     def shown(self) -> str:
+        if self.skipped:
+            return "not run"
         if self.result.error:
             return "error"
         return format_value(self.result.value, self.unit)
@@ -42,6 +55,32 @@ class MatchedFinding:
 
 
 @dataclasses.dataclass
+class UnjudgedFinding:
+    """A finding not made because values it needs are missing (`missing`: their names, in order)."""
+
+    cause: str
+    layer: str
+    missing: list[str]
+
+
+@dataclasses.dataclass
+class ConditionVerdict:
+    """The alert's own condition: `holds` True, False, or None when `missing` values leave it undecided."""
+
+    holds: bool | None
+    when: str
+    summary: str
+    missing: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Judgement:
+    condition: ConditionVerdict
+    findings: list[MatchedFinding]
+    not_judged: list[UnjudgedFinding]
+
+
+@dataclasses.dataclass
 class AlertTriage:
     """Everything triage learned about one alert. `error` is set when there was nothing to run."""
 
@@ -49,34 +88,66 @@ class AlertTriage:
     labels: dict[str, str]
     runbook_url: str
     evidence: list[Evidence] = dataclasses.field(default_factory=list)
+    thresholds: list[Threshold] = dataclasses.field(default_factory=list)
+    condition: ConditionVerdict | None = None
     findings: list[MatchedFinding] = dataclasses.field(default_factory=list)
+    not_judged: list[UnjudgedFinding] = dataclasses.field(default_factory=list)
+    evaluated_at: float | None = None
+    fault_time: float | None = None
     error: str | None = None
 
     @property
     def top(self) -> MatchedFinding | None:
         return self.findings[0] if self.findings else None
 
+    def why_missing(self, name: str) -> str:
+        """'<help> (no data)' for an evidence value, '<path>: <reason>' for a threshold."""
+        for t in self.thresholds:
+            if t.name == name:
+                return f"spec value {t.path}: {t.reason or 'not a number'}"
+        for e in self.evidence:
+            if e.result.name == name:
+                if e.skipped:
+                    return f"{e.help} (not run: {e.skipped})"
+                if e.result.error:
+                    return f"{e.help} (query failed: {e.result.error})"
+                return f"{e.help} (no data)"
+        return "no data"
+
     def to_dict(self) -> dict:
+        """The JSON shape documented in README ("triage --json"): unknown values are null, never 0."""
         return {
             "alert": self.alert,
             "labels": self.labels,
             "runbook_url": self.runbook_url,
             "error": self.error,
+            "evaluated_at": _rfc3339(self.evaluated_at),
+            "fault_time": _rfc3339(self.fault_time),
+            "condition": None if self.condition is None else {
+                "holds": self.condition.holds, "when": self.condition.when, "summary": self.condition.summary,
+                "missing": [{"name": n, "why": self.why_missing(n)} for n in self.condition.missing]},
             "top_cause": self.top.cause if self.top else None,
             "findings": [dataclasses.asdict(f) for f in self.findings],
+            "not_judged": [{"cause": f.cause, "layer": f.layer,
+                            "missing": [{"name": n, "why": self.why_missing(n)} for n in f.missing]}
+                           for f in self.not_judged],
+            "thresholds": [{"name": t.name, "spec": t.path, "value": _json_value(t.value), "reason": t.reason}
+                           for t in self.thresholds],
             "evidence": [{"name": e.result.name, "value": e.result.value, "unit": e.unit, "shown": e.shown,
                           "help": e.help, "query": e.result.expr, "series_count": e.result.series_count,
                           "top_series": [{"labels": lbl, "value": v} for lbl, v in e.result.series],
-                          "error": e.result.error} for e in self.evidence],
+                          "error": e.result.error, "skipped": e.skipped} for e in self.evidence],
         }
 
 
 def format_value(value: float | None, unit: str) -> str:
-    """Human form of an evidence value: seconds → ms/s, ratio → %, bytes/MiB → GiB, None → 'no data'."""
+    """Human form of a value: seconds → ms/s/min, ratio → %, bytes/MiB → GiB, None → 'no data'."""
     if value is None:
         return "no data"
     if unit == "seconds":
-        return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
+        if abs(value) < 1:
+            return f"{value * 1000:.0f} ms"
+        return f"{value:.2f} s" if abs(value) < 120 else f"{value / 60:.1f} min"
     if unit == "ratio":
         return f"{value * 100:.1f} %"
     if unit == "percent":
@@ -91,35 +162,100 @@ def format_value(value: float | None, unit: str) -> str:
         return f"{value / 1024:.2f} GiB"
     if unit == "watts":
         return f"{value:.0f} W"
+    if unit == "timestamp":
+        return _rfc3339(value) or "no data"
     return f"{value:.4g}"
 
 
+def judge(runbook: Runbook, labels: Mapping[str, str], values: Mapping[str, float | None],
+          units: Mapping[str, str] | None = None) -> Judgement:
+    """The pure part of triage: the alert's condition and the findings over `values` (every query,
+    threshold and built-in name of the page → number or None). `units` formats values in summaries.
+    Raises ConditionError when a condition reads a value that is not a number (a list threshold)."""
+    units = dict(units or {})
+    shown = {name: format_value(v, units.get(name, "count")) for name, v in values.items()}
+    variant = runbook.condition_for(labels)
+    holds = judge_condition(variant.condition, values)
+    verdict = ConditionVerdict(holds, variant.when, _fill(variant.summary, shown),
+                               missing_names(variant.condition, values) if holds is None else [])
+    out = Judgement(verdict, [], [])
+    if holds is False:
+        return out  # the alert's condition does not hold: no cause for a fault that is not there
+    for finding in runbook.findings:
+        result = judge_condition(finding.condition, values)
+        if result is True:
+            out.findings.append(MatchedFinding(finding.cause, finding.layer, _fill(finding.summary, shown),
+                                               _fill(finding.action, shown)))
+        elif result is None:
+            out.not_judged.append(UnjudgedFinding(finding.cause, finding.layer,
+                                                  missing_names(finding.condition, values)))
+    return out
+
+
 def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None, source: PrometheusSource,
-                 runbook_url: str, max_workers: int = 8, rate_window: str = DEFAULT_RATE_WINDOW) -> AlertTriage:
-    """Run `runbook`'s queries (concurrently, at most `max_workers` at a time) scoped to `labels` and
-    evaluate its findings. Never raises for a failing query: its error is kept on its Evidence."""
-    result = AlertTriage(alert, dict(labels), runbook_url)
+                 runbook_url: str, *, spec: Spec | None = None, fault_time: float | None = None,
+                 max_workers: int = 8) -> AlertTriage:
+    """Run `runbook`'s queries (concurrently, at most `max_workers` at a time) scoped to `labels`, with the
+    thresholds of `spec` (default: the built-in defaults), at the source's time (`source.at`, else now);
+    `fault_time` (unix seconds, default: the evaluation time) anchors time-based evidence. Never raises for
+    a failing query: its error is kept on its Evidence."""
+    spec = spec or Spec()
+    evaluated_at = source.at if source.at is not None else time.time()
+    result = AlertTriage(alert, dict(labels), runbook_url, evaluated_at=evaluated_at,
+                         fault_time=fault_time if fault_time is not None else evaluated_at)
     if runbook is None:
         result.error = f"no runbook page for {alert}"
         return result
+    result.thresholds = resolve_thresholds(runbook, spec, labels, result.fault_time)
+    params = query_params(result.thresholds)
+    reasons = {t.name: t.reason for t in result.thresholds if t.value is None}
+
+    def run(query) -> Evidence:
+        unresolved = sorted(query.params - params.keys())
+        if unresolved:
+            return Evidence(QueryResult(query.name, query.expr), query.unit, query.help,
+                            skipped=f"${unresolved[0]} unknown: {reasons.get(unresolved[0])}")
+        return Evidence(source.query(query.name, scoped(query.expr, labels, params)), query.unit, query.help)
+
     queries = list(runbook.queries.values())
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(queries)))) as pool:
-        answers = list(pool.map(lambda q: source.query(q.name, scoped(q.expr, labels, rate_window)), queries))
-    result.evidence = [Evidence(a, q.unit, q.help) for q, a in zip(queries, answers)]
-    values = {e.result.name: e.result.value for e in result.evidence}
-    shown = {e.result.name: e.shown for e in result.evidence}
-    for finding in runbook.findings:
-        try:
-            holds = evaluate(finding.condition, values)
-        except ConditionError as exc:  # load_runbook checks names; keep going if a page slipped through
-            result.error = str(exc)
-            continue
-        if holds:
-            result.findings.append(MatchedFinding(finding.cause, finding.layer,
-                                                  _fill(finding.summary, shown), _fill(finding.action, shown)))
+        result.evidence = list(pool.map(run, queries))
+    values: dict[str, float | None] = {e.result.name: e.result.value for e in result.evidence}
+    values.update({t.name: condition_value(t.value) for t in result.thresholds})
+    units = {**{q.name: q.unit for q in queries}, **{n: r.unit for n, r in runbook.thresholds.items()},
+             **BUILTIN_UNITS}
+    try:
+        verdict = judge(runbook, labels, values, units)
+    except ConditionError as exc:  # a condition reading a list threshold: a page error, reported, not raised
+        result.error = f"{runbook.path}: {exc}"
+        return result
+    result.condition, result.findings, result.not_judged = verdict.condition, verdict.findings, verdict.not_judged
     return result
+
+
+def resolve_thresholds(runbook: Runbook, spec: Spec, labels: Mapping[str, str], fault_time: float) -> list[Threshold]:
+    """The page's thresholds and the built-ins, resolved for an alert with `labels`."""
+    out = [resolve(name, ref.path, spec, labels) for name, ref in runbook.thresholds.items()]
+    return out + [builtin(name, spec, fault_time) for name in BUILTINS]
+
+
+def query_params(thresholds: list[Threshold]) -> dict[str, str]:
+    """`$name` → PromQL text for every threshold that resolved (see scope.scoped)."""
+    return {t.name: query_form(t.value) for t in thresholds if t.value is not None}
 
 
 def _fill(text: str, shown: Mapping[str, str]) -> str:
     """Replace `{name}` with the formatted value of that evidence; other braces stay as written."""
     return re.sub(r"\{([a-z][a-z0-9_]*)\}", lambda m: shown.get(m.group(1), m.group(0)), text)
+
+
+def _rfc3339(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _json_value(value):
+    if isinstance(value, Duration):
+        return value.seconds
+    return value

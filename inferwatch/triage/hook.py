@@ -9,6 +9,9 @@ Two ways in:
   deadline (a daemon thread abandoned when the deadline passes), for callers without one.
 
 Neither raises for Prometheus trouble: no page, no finding, or a slow or dead Prometheus all give no text.
+Nor does either add a finding when the alert's own condition does not hold when the hook runs (the fault is
+gone, or the spec's threshold says it never was): triage names no cause then, and the hook adds nothing.
+Time-based findings compare with the alert's startsAt.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from inferwatch.spec import Spec
 from inferwatch.triage.engine import triage_alert
-from inferwatch.triage.scope import DEFAULT_RATE_WINDOW
 from inferwatch.triage.evidence import Runbook, load_runbooks
 from inferwatch.triage.sources import PrometheusSource
+from inferwatch.triage.times import starts_at
 
 __all__ = ["top_finding", "top_finding_for", "make_enricher", "DEFAULT_TIMEOUT_SECONDS"]
 
@@ -34,16 +38,19 @@ MAX_ALERTS_TRIAGED = 3
 
 
 def top_finding_for(labels: Mapping[str, str], prometheus_url: str, runbooks: Mapping[str, Runbook],
-                    timeout: float = DEFAULT_TIMEOUT_SECONDS, rate_window: str = DEFAULT_RATE_WINDOW) -> str | None:
-    """'likely cause: <cause> (<layer>): <summary>' for the alert with `labels`, or None. Each HTTP call
-    is bounded by `timeout` and never retried, so a dead Prometheus fails in milliseconds."""
+                    timeout: float = DEFAULT_TIMEOUT_SECONDS, spec: Spec | None = None,
+                    fault_time: float | None = None) -> str | None:
+    """'likely cause: <cause> (<layer>): <summary>' for the alert with `labels`, or None (no page, the
+    alert's condition does not hold now, no finding). Thresholds come from `spec` (default: the built-in
+    defaults); `fault_time` is the alert's startsAt in unix seconds. Each HTTP call is bounded by `timeout`
+    and never retried, so a dead Prometheus fails in milliseconds."""
     name = labels.get("alertname", "")
     runbook = runbooks.get(name)
     if runbook is None:
         return None
     source = PrometheusSource(prometheus_url, timeout=timeout, retries=0)
-    result = triage_alert(name, labels, runbook, source, runbook_url="", rate_window=rate_window)
-    if result.top is None:
+    result = triage_alert(name, labels, runbook, source, runbook_url="", spec=spec, fault_time=fault_time)
+    if result.top is None or result.condition is None or result.condition.holds is False:
         return None
     # Parentheses, not brackets: WeCom's markdown escaping turns [ ] into full-width ［ ］, so a bracketed
     # layer would read differently per channel.
@@ -51,20 +58,21 @@ def top_finding_for(labels: Mapping[str, str], prometheus_url: str, runbooks: Ma
 
 
 def make_enricher(prometheus_url: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS,
-                  request_timeout: float | None = None,
-                  runbook_dir: Path | None = None) -> Callable[[Mapping[str, str]], str | None]:
-    """Build `enrich(labels)` that returns within `timeout` seconds (the work left behind finishes on its
-    own, each HTTP call bounded by `request_timeout`, default `timeout`). Runbooks load once, here: a broken
-    page set raises RunbookError at start-up, not during delivery."""
+                  request_timeout: float | None = None, runbook_dir: Path | None = None,
+                  spec: Spec | None = None) -> Callable[..., str | None]:
+    """Build `enrich(labels, fault_time=None)` that returns within `timeout` seconds (the work left behind
+    finishes on its own, each HTTP call bounded by `request_timeout`, default `timeout`). Thresholds come
+    from `spec` (default: the built-in defaults). Runbooks load once, here: a broken page set raises
+    RunbookError at start-up, not during delivery."""
     runbooks = load_runbooks(runbook_dir)
     per_request = request_timeout or timeout
 
-    def enrich(labels: Mapping[str, str]) -> str | None:
+    def enrich(labels: Mapping[str, str], fault_time: float | None = None) -> str | None:
         out: list[str | None] = []
 
         def work() -> None:
             try:
-                out.append(top_finding_for(labels, prometheus_url, runbooks, per_request))
+                out.append(top_finding_for(labels, prometheus_url, runbooks, per_request, spec, fault_time))
             except Exception:  # noqa: BLE001 — enrichment must never break delivery
                 log.debug("triage enrichment failed for %s", labels.get("alertname"), exc_info=True)
 
@@ -80,27 +88,28 @@ _state: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
-def _configured() -> tuple[str, dict[str, Runbook], str]:
+def _configured() -> tuple[str, dict[str, Runbook], Spec]:
     with _lock:
         if "runbooks" not in _state:
             from inferwatch.spec import load_spec
 
             spec = load_spec(os.environ.get("INFERWATCH_SPEC"))
             _state["url"] = os.environ.get("INFERWATCH_PROMETHEUS_URL") or spec.targets.prometheus
-            _state["rate_window"] = str(spec.prometheus.rate_window)
+            _state["spec"] = spec
             _state["runbooks"] = load_runbooks()
-        return _state["url"], _state["runbooks"], _state["rate_window"]
+        return _state["url"], _state["runbooks"], _state["spec"]
 
 
 def top_finding(notification: Any) -> str:
     """Notifier hook: the top finding of the first firing alert of `notification` (its `.alerts`, each with
     `.status` and `.labels`) that has a runbook page and a finding; '' when there is none."""
-    url, runbooks, rate_window = _configured()
+    url, runbooks, spec = _configured()
     candidates = [a for a in getattr(notification, "alerts", [])
                   if getattr(a, "status", "firing") == "firing" and a.labels.get("alertname") in runbooks]
     # A storm-coalesced notification may hold thousands of alerts; the first few are enough for one line.
     for alert in candidates[:MAX_ALERTS_TRIAGED]:
-        text = top_finding_for(alert.labels, url, runbooks, rate_window=rate_window)
+        text = top_finding_for(alert.labels, url, runbooks, spec=spec,
+                               fault_time=starts_at(getattr(alert, "starts_at", None)))
         if text:
             return text
     return ""

@@ -9,15 +9,31 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from inferwatch.triage.engine import AlertTriage
+from inferwatch.triage.engine import AlertTriage, format_value
 
-__all__ = ["print_results", "results_json"]
+__all__ = ["print_results", "results_json", "condition_line"]
 
-_SCOPE_LABELS = ("node", "triton", "model", "version", "tenant", "tier", "gpu", "window", "severity", "layer")
+_SCOPE_LABELS = ("node", "triton", "model", "version", "tenant", "tier", "gpu", "window", "signal", "channel",
+                 "severity", "layer")
 
 
 def results_json(results: Iterable[AlertTriage]) -> str:
     return json.dumps({"alerts": [r.to_dict() for r in results]}, indent=2, sort_keys=False)
+
+
+def condition_line(r: AlertTriage) -> str:
+    """One plain sentence on the alert's own condition at the evaluation time."""
+    c = r.condition
+    when = format_value(r.evaluated_at, "timestamp")
+    if c is None:
+        return ""
+    if c.holds is True:
+        return f"The alert's condition holds at {when}: {c.summary}"
+    if c.holds is False:
+        return (f"The alert's condition does not hold at {when}: {c.summary} Nothing is wrong by the "
+                f"alert's own measure now, so no cause is named.")
+    missing = "; ".join(f"{n}: {r.why_missing(n)}" for n in c.missing) or "a value could not be computed"
+    return f"The alert's condition could not be checked at {when}: {missing}."
 
 
 def print_results(results: list[AlertTriage], file: IO[str] | None = None, width: int | None = None) -> None:
@@ -36,18 +52,30 @@ def print_results(results: list[AlertTriage], file: IO[str] | None = None, width
         table.add_column("value", justify="right")
         table.add_column("what it is")
         for e in r.evidence:
-            value = Text(e.shown, style="red" if e.result.error else ("dim" if e.result.value is None else ""))
-            what = e.help if not e.result.error else f"{e.help} — query failed: {e.result.error}"
-            table.add_row(e.result.name, value, what)
+            style = "red" if e.result.error else ("dim" if e.result.value is None else "")
+            what = e.help
+            if e.skipped:
+                what = f"{e.help} — not run: {e.skipped}"
+            elif e.result.error:
+                what = f"{e.help} — query failed: {e.result.error}"
+            table.add_row(e.result.name, Text(e.shown, style=style), what)
         console.print(table)
-        if r.findings:
-            for i, f in enumerate(r.findings):
-                marker = "likely cause" if i == 0 else "also"
-                console.print(Text.assemble((f"{marker}: ", "bold"), (f.cause, "bold yellow"),
-                                            f" ({f.layer}) ", f.summary))  # as the hook writes it
-                if f.action and i == 0:
-                    console.print(Text.assemble(("  next: ", "bold"), f.action))
-        else:
+        if r.error:
+            console.print(Text(r.error, style="red"))
+        if r.condition is not None:
+            style = {True: "bold", False: "bold green", None: "bold yellow"}[r.condition.holds]
+            console.print(Text(condition_line(r), style=style))
+        for i, f in enumerate(r.findings):
+            marker = "likely cause" if i == 0 else "also"
+            console.print(Text.assemble((f"{marker}: ", "bold"), (f.cause, "bold yellow"),
+                                        f" ({f.layer}) ", f.summary))  # as the hook writes it
+            if f.action and i == 0:
+                console.print(Text.assemble(("  next: ", "bold"), f.action))
+        for f in r.not_judged:
+            missing = "; ".join(f"{n}: {r.why_missing(n)}" for n in f.missing) or "a value could not be computed"
+            console.print(Text.assemble(("not judged: ", "bold"), (f.cause, "yellow"), f" ({f.layer}), evidence "
+                                        f"missing — {missing}"))
+        if not r.findings and r.condition is not None and r.condition.holds is not False:
             console.print(Text("No finding matched the evidence; work through the runbook by hand.", style="yellow"))
         console.print(Text.assemble(("runbook: ", "bold"), r.runbook_url))
         console.print()

@@ -1,4 +1,5 @@
-"""Scope a runbook query to one alert: replace `{{ $labels.x }}` with the alert's label value.
+"""Scope a runbook query to one alert: replace `{{ $labels.x }}` with the alert's label value and `$name`
+with a threshold or built-in in its PromQL form (inferwatch.triage.thresholds).
 
 Values go into a PromQL regex matcher (`=~"..."`), so they are escaped twice: first as an RE2 literal,
 then as a PromQL double-quoted string. A label the alert does not carry becomes `.*` (all series), so a
@@ -11,10 +12,13 @@ import re
 from typing import Mapping
 
 from inferwatch.triage.evidence import PLACEHOLDER
+from inferwatch.triage.thresholds import QUERY_PARAM
 
-__all__ = ["scoped", "regex_literal"]
+__all__ = ["scoped", "regex_literal", "DEFAULT_RATE_WINDOW"]
 
 _RE2_SPECIAL = re.compile(r"([\\.^$*+?{}\[\]|()])")
+_IN_NEGATIVE_MATCHER = re.compile(r'!~\s*"[^"]*$')
+DEFAULT_RATE_WINDOW = "5m"
 
 
 def regex_literal(value: str) -> str:
@@ -23,18 +27,14 @@ def regex_literal(value: str) -> str:
     return pattern.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-_IN_NEGATIVE_MATCHER = re.compile(r'!~\s*"[^"]*$')
+def scoped(expr: str, labels: Mapping[str, str], params: Mapping[str, str] | None = None) -> str:
+    """`expr` with every label placeholder replaced by the escaped label value and every `$name` by
+    `params[name]` (PromQL text; `$rate_window` defaults to 5m). An absent label becomes `.*` in a `=~`
+    matcher (all series) and the empty string in a `!~` matcher (excludes only series without it).
+    Raises KeyError for a `$name` not in `params`: resolve thresholds before scoping."""
+    params = {"rate_window": DEFAULT_RATE_WINDOW, **(params or {})}
+    expr = QUERY_PARAM.sub(lambda m: params[m.group(1)], expr)
 
-
-RATE_WINDOW = "$rate_window"  # stands for the spec's prometheus.rate_window, as in the generated rules
-DEFAULT_RATE_WINDOW = "5m"
-
-
-def scoped(expr: str, labels: Mapping[str, str], rate_window: str = DEFAULT_RATE_WINDOW) -> str:
-    """`expr` with every placeholder replaced by the escaped label value, and `$rate_window` by the rules'
-    rate window (so triage judges the same stretch of time the alert did). An absent label becomes `.*` in a
-    `=~` matcher (all series) and the empty string in a `!~` matcher (excludes only series without it)."""
-    expr = expr.replace(RATE_WINDOW, rate_window)
     def repl(m: re.Match) -> str:
         value = labels.get(m.group(1))
         if value:

@@ -2,32 +2,30 @@
 
 from __future__ import annotations
 
-from inferwatch.notifier.channels.base import Channel, DeliveryResult
+from inferwatch.notifier.channels.base import Channel, DeliveryResult, HttpChannel
 from inferwatch.spec import Channel as ChannelSpec
 
 
-def channel_classes() -> dict:
+def channel_classes() -> dict[str, type[HttpChannel]]:
     from inferwatch.notifier.channels.pagerduty import PagerDutyChannel
     from inferwatch.notifier.channels.slack import SlackChannel
     from inferwatch.notifier.channels.voice import VoiceChannel
     from inferwatch.notifier.channels.wecom import WeComChannel
 
-    return {"pagerduty": PagerDutyChannel, "slack": SlackChannel, "wecom": WeComChannel, "voice": VoiceChannel}
+    return {c.kind: c for c in (PagerDutyChannel, SlackChannel, WeComChannel, VoiceChannel)}
 
 
-def build_channel(name: str, spec: ChannelSpec) -> Channel:
+def build_channel(name: str, spec: ChannelSpec) -> HttpChannel:
     return channel_classes()[spec.type](name, spec)
 
 
 def default_rate(kind: str) -> int:
-    """Messages per minute the provider accepts per destination (each module's RATE_PER_MINUTE)."""
-    import importlib
-
-    return importlib.import_module(f"inferwatch.notifier.channels.{kind}").RATE_PER_MINUTE
+    """Messages per minute the provider accepts per destination (the channel class's rate_per_minute)."""
+    return channel_classes()[kind].rate_per_minute
 
 
 # Chat channels take a digest of many groups in one message under a storm; phone channels get one event
 # per group (PagerDuty's dedup_key is per group), superseded by the group's newest state instead.
 DIGEST_KINDS = ("slack", "wecom")
 
-__all__ = ["Channel", "DeliveryResult", "build_channel", "default_rate", "DIGEST_KINDS"]
+__all__ = ["Channel", "DeliveryResult", "HttpChannel", "build_channel", "default_rate", "DIGEST_KINDS"]

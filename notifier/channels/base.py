@@ -1,19 +1,30 @@
-"""What every channel shares: the delivery result, the one HTTP-answer classifier, truncation by runes or
-UTF-8 bytes with a visible marker, and redaction of secrets from anything that may reach a log.
+"""What every channel shares: the delivery result, the one HTTP-answer classifier, the HTTP session with
+inferwatch's User-Agent, secret resolution, the size a provider accepted, and redaction of secrets.
 
 Channels never retry or sleep (the outbox worker owns retries, backoff and deadlines, as Alertmanager's
-`notify/` does); they turn one Notification into one HTTP request and classify the answer.
+`notify/` does); they turn one Notification into one HTTP request and classify the answer. Each channel
+is a subclass of HttpChannel, built the way Alertmanager builds its integrations (`notify/<provider>`):
+one HTTP client per integration with a `User-Agent: Alertmanager/<version>` header, the provider's rate
+declared next to its code, and every error answer logged with its reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+import json
+import logging
 import re
-from typing import Iterable, Protocol
+from typing import ClassVar, Iterable, Protocol
 
 import requests
 
+from inferwatch.notifier.channels.text import utf8_len  # noqa: F401 - re-exported for older imports
 from inferwatch.notifier.model import Notification
+from inferwatch.spec import Channel as ChannelSpec
+from inferwatch.specload import Secret
+
+log = logging.getLogger(__name__)
 
 # Failure reasons form a closed set: they label metrics (dead letters) and must not grow with input.
 REASONS = (
@@ -21,13 +32,23 @@ REASONS = (
     "connection",       # refused / reset / DNS (retryable)
     "http_5xx",         # provider error (retryable)
     "rate_limited",     # HTTP 429 or a provider rate errcode such as WeCom 45009 (retryable)
-    "too_long",         # provider says the message is too long (retryable once shrunk)
+    "too_long",         # provider says the message is too long (retryable: the next one is smaller)
     "bad_key",          # 401/403/404 or an invalid-key errcode: the destination is wrong (permanent)
     "invalid_payload",  # other 4xx or a provider validation error (permanent)
     "provider_error",   # a non-zero errcode we do not know (permanent)
     "secret_missing",   # the URL/key reference could not be resolved (retryable: the file may appear)
     "max_age",          # retried until notifier.max_delivery_age, then given up (dead letter)
 )
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("inferwatch")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
+
+
+USER_AGENT = f"inferwatch/{_version()}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,11 +80,108 @@ class Channel(Protocol):
     def send(self, notification: Notification) -> DeliveryResult: ...
 
 
+class SecretMissing(Exception):
+    """A channel secret could not be resolved now. The message names the field, never a value."""
+
+
+def reveal(secret: Secret | None, default: str | None = None) -> str:
+    """The value of `secret`, or `default` when it is not configured. Raises SecretMissing when it cannot
+    be resolved (variable unset, file unreadable): retryable, since a mounted secret file may appear."""
+    if secret is None:
+        if default is None:
+            raise SecretMissing("not configured")
+        return default
+    try:
+        return secret.reveal()
+    except Exception as exc:  # SpecError: names the field and the variable or file, never the value
+        raise SecretMissing(str(exc)) from None
+
+
+class HttpChannel:
+    """Base of every channel: one `requests.Session` (connection reuse, `User-Agent: inferwatch/<version>`),
+    the provider's rate (`rate_per_minute`, the default of the worker's per-destination limiter), the
+    secret helper, one log line per error answer, and the size the provider accepted.
+
+    Size: a provider may measure a message differently from its documentation (Slack answers
+    `msg_blocks_too_long` near 12,000 characters of text although no cumulative limit is documented).
+    After a "too long" answer the channel remembers half the size it had sent (`size_limit`), and after a
+    smaller resend that worked, that size; every later message is rendered within it (until a restart), so
+    retries do not start again at full size. The session is used by the one worker thread of this channel
+    (requests sessions are not shared across threads).
+    """
+
+    kind: ClassVar[str] = ""
+    rate_per_minute: ClassVar[int] = 60
+    size_unit: ClassVar[str] = "characters"   # what `size_limit` counts (for log lines)
+    min_size: ClassVar[int] = 500             # never learn a limit below this: it would say nothing
+
+    def __init__(self, name: str, spec: ChannelSpec):
+        self.name = name
+        self.spec = spec
+        self.session = requests.Session()
+        self.session.headers["User-Agent"] = USER_AGENT
+        self.size_limit: int | None = None
+        self.last_size = 0     # size of the last message rendered (what a "too long" answer refers to)
+        self.last_budget = 0   # the size it was rendered within
+
+    def send(self, notification: Notification) -> DeliveryResult:
+        """Render and send `notification`; never raises for provider trouble or a missing secret."""
+        try:
+            result = self.deliver(notification)
+        except SecretMissing as exc:
+            result = DeliveryResult.fail("secret_missing", str(exc), retryable=True)
+        if result.reason == "too_long":
+            result = self._learn_too_long(result)
+        elif result.ok and self.size_limit is not None and self.last_budget < self.size_limit:
+            self.size_limit = self.last_budget  # a smaller resend (the worker's half budget) worked: keep it
+        if not result.ok:
+            log.warning("channel %s (%s): %s, %s", self.name, self.kind, result.reason, result.detail)
+        return result
+
+    def deliver(self, notification: Notification) -> DeliveryResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def budget(self, documented: int, notification: Notification) -> int:
+        """The size to render within: the documented limit, the learned one if smaller, times the
+        notification's budget_factor (the worker halves it for its immediate resend after "too long")."""
+        limit = documented if self.size_limit is None else min(documented, self.size_limit)
+        self.last_budget = max(1, int(limit * notification.budget_factor))
+        return self.last_budget
+
+    def _learn_too_long(self, result: DeliveryResult) -> DeliveryResult:
+        learned = max(self.min_size, self.last_size // 2)
+        if self.size_limit is None or learned < self.size_limit:
+            self.size_limit = learned
+        return dataclasses.replace(result, detail=f"{result.detail} (sent {self.last_size:,} {self.size_unit}; "
+                                                  f"now rendering within {self.size_limit:,})")
+
+    def post(self, url: str, body: dict | bytes, *, secrets: Iterable[str] = (),
+             headers: dict | None = None) -> tuple[requests.Response | None, DeliveryResult]:
+        """POST `body` (a dict is sent as compact UTF-8 JSON, see json_bytes); return (response,
+        classification). Exceptions become retryable results; every detail is redacted of `secrets`."""
+        data = json_bytes(body) if isinstance(body, dict) else body
+        all_headers = {"Content-Type": "application/json; charset=utf-8", **(headers or {})}
+        try:
+            resp = self.session.post(url, data=data, timeout=self.spec.timeout.seconds, headers=all_headers)
+        except requests.RequestException as exc:
+            return None, classify_exception(exc)
+        result = classify_http(resp.status_code, resp.text, resp.headers.get("Retry-After"))
+        if result.detail:
+            result = dataclasses.replace(result, detail=redact(result.detail, secrets))
+        return resp, result
+
+
+def json_bytes(body) -> bytes:
+    """The exact bytes sent for a JSON body: UTF-8 (CJK is 3 bytes, not a 6-byte \\u escape), no spaces.
+    Sizes are measured on these bytes, so what is measured is what the provider receives."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
 # ------------------------------------------------------------------------------------------ HTTP answers
 def classify_http(status: int, body: str = "", retry_after: str | None = None) -> DeliveryResult:
     """Classify an HTTP answer: 2xx ok; 5xx, 408 and 429 retryable; 401/403/404 bad key; other 4xx permanent.
 
-    Provider-specific checks (WeCom's errcode inside HTTP 200, Slack's `ok` body) run after this.
+    Provider-specific checks (WeCom's errcode inside HTTP 200, Slack's too-long errors) run after this.
     """
     snippet = short(body)
     if 200 <= status < 300:
@@ -87,17 +205,9 @@ def classify_exception(exc: Exception) -> DeliveryResult:
     return DeliveryResult.fail("connection", type(exc).__name__, retryable=True)
 
 
-def post_json(url: str, body: dict, *, timeout: float, headers: dict | None = None,
-              secrets: Iterable[str] = ()) -> tuple[requests.Response | None, DeliveryResult]:
-    """POST `body` as JSON; return (response, classification). Exceptions become retryable results."""
-    try:
-        resp = requests.post(url, json=body, timeout=timeout, headers=headers or {})
-    except requests.RequestException as exc:
-        return None, classify_exception(exc)
-    result = classify_http(resp.status_code, resp.text, resp.headers.get("Retry-After"))
-    if result.detail:
-        result = dataclasses.replace(result, detail=redact(result.detail, secrets))
-    return resp, result
+def too_long(result: DeliveryResult) -> DeliveryResult:
+    """`result` re-classified as "too long": retryable, since the next rendering is smaller."""
+    return DeliveryResult.fail("too_long", result.detail, retryable=True)
 
 
 def _parse_retry_after(value: str | None) -> float | None:
@@ -107,55 +217,9 @@ def _parse_retry_after(value: str | None) -> float | None:
         return None  # an HTTP date: ignore, our own backoff applies
 
 
-# ------------------------------------------------------------------------------------------ truncation
-MARKER = "…"
-
-
-def truncate_runes(text: str, limit: int, marker: str = MARKER) -> str:
-    """`text` cut to at most `limit` code points (runes), ending with `marker` when cut."""
-    if len(text) <= limit:
-        return text
-    if limit <= len(marker):
-        return marker[:limit]
-    return text[: limit - len(marker)] + marker
-
-
-def utf8_len(text: str) -> int:
-    return len(text.encode("utf-8"))
-
-
-def truncate_bytes(text: str, limit: int, marker: str = MARKER) -> str:
-    """`text` cut to at most `limit` UTF-8 bytes, never inside a character, ending with `marker` when cut."""
-    raw = text.encode("utf-8")
-    if len(raw) <= limit:
-        return text
-    room = limit - utf8_len(marker)
-    if room < 0:
-        return ""
-    # errors="ignore" drops a trailing partial character, so a CJK character (3 bytes) is never split.
-    return raw[:room].decode("utf-8", errors="ignore") + marker
-
-
-def fit_lines(head: str, lines: list[str], limit: int, more: "callable", measure=len, sep: str = "\n") -> tuple[str, int]:
-    """Join `head` and as many whole `lines` as fit in `limit` (by `measure`), then `more(n_left)`.
-
-    Whole lines only, so a link or an escape sequence is never cut in half. Returns (text, lines omitted).
-    """
-    out = head
-    for i, line in enumerate(lines):
-        left = len(lines) - i
-        candidate = out + sep + line
-        # Room must remain for the "…and N more" line unless this is the last line.
-        tail = "" if left == 1 else sep + more(left - 1)
-        if measure(candidate + tail) > limit:
-            return out + sep + more(left), left
-        out = candidate
-    return out, 0
-
-
 # ------------------------------------------------------------------------------------------ redaction
 _URL_SECRET = re.compile(r"(?i)((?:key|token|access_token|routing_key|sign)=)[^&\s\"']+")
-_SLACK_HOOK = re.compile(r"(hooks\.slack\.com/services/)[A-Za-z0-9/_-]+")
+_SLACK_HOOK = re.compile(r"(/services/)[A-Za-z0-9]+/[A-Za-z0-9]+/[A-Za-z0-9]+")
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -167,5 +231,26 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return _SLACK_HOOK.sub(r"\1<redacted>", text)
 
 
+class RedactingFilter(logging.Filter):
+    """Redacts URL credentials from another library's log records. urllib3 logs each request line at DEBUG
+    (`"POST /cgi-bin/webhook/send?key=... HTTP/1.1" 200`, `"POST /services/T/B/X ..."`), which would print
+    a WeCom key or a Slack webhook token with `--log-level debug`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken record is not ours to fix
+            return True
+        redacted = redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+logging.getLogger("urllib3.connectionpool").addFilter(RedactingFilter())
+
+
 def short(text: str, limit: int = 200) -> str:
-    return truncate_runes(" ".join((text or "").split()), limit)
+    """One line of at most `limit` characters (an error body in a log line or an error text)."""
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

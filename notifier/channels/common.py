@@ -1,42 +1,97 @@
-"""Text pieces the chat and phone channels share: titles, key labels, per-alert fields, templates."""
+"""What every channel says about a group, before any markup: its title and counts, its alerts in order
+(firing first, each with its own status), and where each label and annotation goes.
+
+Every label and annotation is reachable from the message:
+  - group level: the key labels (KEY_LABELS) the alerts share, in the text; the other shared labels and
+    shared annotations in a details line;
+  - alert level: the labels that tell the alert apart from the group (its identity), in the text; the
+    annotations the template does not show in a details line; runbook_url and generatorURL as links when
+    they are http(s) URLs, in the details otherwise.
+Counts never over-claim: Alertmanager's `truncatedAlerts` are alerts it left out of the payload without
+saying whether they fire, so the title says "12 more not included", never "FIRING:14".
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import string
 from collections import Counter
 
+from inferwatch.notifier.channels.template import identifiers
 from inferwatch.notifier.model import Alert, Notification, WebhookMessage
 
-# Labels worth showing next to the title, in this order (the rest are in Alertmanager).
-KEY_LABELS = ("severity", "layer", "node", "gpu", "triton", "model", "version", "tenant", "tier", "window", "team")
+# Labels worth showing next to the title, in this order; the others are in the details.
+KEY_LABELS = ("severity", "layer", "node", "gpu", "triton", "model", "version", "tenant", "tier", "window", "team",
+              "instance", "job", "route")
+LINK_ANNOTATIONS = ("runbook_url",)
+TEMPLATE_ANNOTATIONS = ("summary", "description", "runbook_url")  # annotations a template can place
 
 
-def group_title(group: WebhookMessage, esc=lambda s: s) -> str:
-    """`[FIRING:2] TritonServerDown node-a` — Alertmanager's default title shape; `esc` escapes label values."""
-    count = len(group.firing) if group.status == "firing" else len(group.alerts)
-    count += group.truncated_alerts
-    name = group.common_labels.get("alertname") or group.group_labels.get("alertname") or "alerts"
-    extra = " ".join(esc(v) for k, v in group.group_labels.items() if k != "alertname" and v)
-    return f"[{group.status.upper()}:{count}] {esc(name)}" + (f" {extra}" if extra else "")
+# ------------------------------------------------------------------------------------------------ titles
+def counts_phrase(group: WebhookMessage) -> str:
+    """`2 firing, 1 resolved, 12 more not included`; '' when the status count says it all."""
+    parts = []
+    firing, resolved = len(group.firing), len(group.resolved)
+    if firing:
+        parts.append(f"{firing} firing")
+    if resolved:
+        parts.append(f"{resolved} resolved")
+    if group.truncated_alerts:
+        parts.append(f"{group.truncated_alerts} more not included")
+    return ", ".join(parts) if len(parts) > 1 else ""
+
+
+def title_parts(group: WebhookMessage) -> list[tuple[str, bool]]:
+    """The title as (text, is_value) pieces: `[FIRING:2] TritonServerDown node-a — 2 firing, 1 resolved, 12
+    more not included`. Alertmanager's default title shape; the number counts the alerts present with the
+    group's status. Pieces marked is_value come from the alerts and must be shown exactly."""
+    shown = group.firing if group.status == "firing" else group.resolved
+    name = group.common_labels.get("alertname") or group.group_labels.get("alertname") or ""
+    parts: list[tuple[str, bool]] = [(f"[{group.status.upper()}:{len(shown)}] ", False)]
+    parts.append((name, True) if name else ("alerts", False))
+    for k, v in group.group_labels.items():
+        if k != "alertname" and v:
+            parts += [(" ", False), (v, True)]
+    counts = counts_phrase(group)
+    if counts:
+        parts.append((f" — {counts}", False))
+    return parts
+
+
+def group_title(group: WebhookMessage) -> str:
+    return "".join(text for text, _ in title_parts(group))
 
 
 def coalesced_title(n: Notification) -> str:
-    return f"[{n.status.upper()}] {len(n.groups)} notifications, {n.alert_count()} alerts (coalesced)"
+    """`[FIRING] 3 notifications, 30 alerts (coalesced), 12 more not included` (alerts present in the
+    payloads; the ones Alertmanager left out are counted apart)."""
+    present = sum(len(g.alerts) for g in n.groups)
+    truncated = sum(g.truncated_alerts for g in n.groups)
+    more = f", {truncated} more not included" if truncated else ""
+    return f"[{n.status.upper()}] {len(n.groups)} notifications, {present} alerts (coalesced){more}"
 
 
 def counts_by_name(n: Notification) -> list[tuple[str, str, int]]:
-    """(alertname, status, count) over every alert of every group, truncated alerts included."""
+    """(alertname, status, count) over every alert of every group; alerts Alertmanager left out of a
+    payload count under the group's alertname with status "not included"."""
     counter: Counter = Counter()
     for g in n.groups:
         for a in g.alerts:
             counter[(a.name, a.status)] += 1
         if g.truncated_alerts:
-            counter[(g.common_labels.get("alertname", "(truncated)"), g.status)] += g.truncated_alerts
+            counter[(g.common_labels.get("alertname", ""), "not included")] += g.truncated_alerts
     return [(name, status, c) for (name, status), c in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+# ------------------------------------------------------------------------------------------------ labels
 def key_labels(labels: dict[str, str]) -> list[tuple[str, str]]:
     return [(k, labels[k]) for k in KEY_LABELS if labels.get(k)]
+
+
+def _ordered(pairs: dict[str, str]) -> list[tuple[str, str]]:
+    """Key labels first (KEY_LABELS order), then the rest by name."""
+    first = [(k, pairs[k]) for k in KEY_LABELS if k in pairs]
+    return first + sorted((k, v) for k, v in pairs.items() if k not in KEY_LABELS)
 
 
 def annotation(alert: Alert, group: WebhookMessage, key: str) -> str:
@@ -59,8 +114,69 @@ def alert_fields(alert: Alert, group: WebhookMessage) -> dict[str, str]:
 def render_template(template: str, fields: dict[str, str]) -> str:
     """string.Template with `${label}` placeholders; unknown ones stay as written (never an exception)."""
     text = string.Template(template).safe_substitute(fields)
-    return "\n".join(line for line in text.splitlines() if line.strip())  # an empty annotation leaves no gap
+    # Split at "\n" only: str.splitlines() also splits at U+2028, \x1c-\x1e and \x85 inside a value.
+    return "\n".join(line for line in text.split("\n") if line.strip())  # an empty annotation leaves no gap
 
 
 def is_http_url(url: str) -> bool:
     return url.startswith(("http://", "https://")) and len(url) <= 3000 and not any(c.isspace() for c in url)
+
+
+# ------------------------------------------------------------------------------------------------ views
+@dataclasses.dataclass
+class AlertView:
+    alert: Alert
+    fields: dict[str, str]               # what the template substitutes
+    identity: list[tuple[str, str]]      # labels that tell this alert apart from the group
+    details: list[tuple[str, str]]       # annotations the template does not show; URLs that are not links
+    links: list[tuple[str, str]]         # (text, url): Runbook, Prometheus
+
+    @property
+    def status(self) -> str:
+        return self.alert.status
+
+    @property
+    def name(self) -> str:
+        return self.alert.name
+
+
+@dataclasses.dataclass
+class GroupView:
+    group: WebhookMessage
+    key_labels: list[tuple[str, str]]    # shared key labels (in the text)
+    details: list[tuple[str, str]]       # other shared labels and shared annotations
+    alerts: list[AlertView]              # firing first, then resolved
+
+    @property
+    def first(self) -> AlertView:
+        return self.alerts[0]
+
+
+def group_view(group: WebhookMessage, template: str) -> GroupView:
+    """The group as the channels show it (see the module docstring). `template` decides which annotations
+    the text shows; the others go to the details."""
+    shown_by_template = identifiers(template) & set(TEMPLATE_ANNOTATIONS)
+    common = group.common_labels
+    group_details = [(k, v) for k, v in _ordered(common) if k != "alertname" and k not in KEY_LABELS]
+    group_details += [(k, v) for k, v in sorted(group.common_annotations.items())
+                      if k not in shown_by_template and not (k in LINK_ANNOTATIONS and is_http_url(v))]
+    ordered = [a for a in group.alerts if a.status == "firing"] + [a for a in group.alerts if a.status != "firing"]
+    return GroupView(group, key_labels(common), group_details,
+                     [_alert_view(a, group, shown_by_template) for a in ordered])
+
+
+def _alert_view(alert: Alert, group: WebhookMessage, shown_by_template: set[str]) -> AlertView:
+    common = group.common_labels
+    identity = _ordered({k: v for k, v in alert.labels.items() if common.get(k) != v})
+    details = [(k, v) for k, v in sorted(alert.annotations.items())
+               if k not in shown_by_template and group.common_annotations.get(k) != v
+               and not (k in LINK_ANNOTATIONS and is_http_url(v))]
+    links = []
+    runbook = annotation(alert, group, "runbook_url")
+    if is_http_url(runbook):
+        links.append(("Runbook", runbook))
+    if is_http_url(alert.generator_url):
+        links.append(("Prometheus", alert.generator_url))
+    elif alert.generator_url:
+        details.append(("generatorURL", alert.generator_url))
+    return AlertView(alert, alert_fields(alert, group), identity, details, links)

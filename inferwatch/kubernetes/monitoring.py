@@ -1,0 +1,175 @@
+"""Prometheus Operator objects for inferwatch: a PodMonitor or ServiceMonitor per scrape job, an
+AlertmanagerConfig routing to the notifier, and Grafana dashboards as ConfigMaps for the dashboard sidecar.
+
+Job names: the rules and dashboards select series by `job` (inferwatch-gpu, triton, inferwatch-triton,
+inferwatch-gateway, inferwatch-notifier, as the static Prometheus config names them). The operator would
+name a ServiceMonitor's job after the Service and a PodMonitor's after `<namespace>/<name>`, so every endpoint
+sets `job` in its relabelings, which the operator applies after its own. Every target also gets `node` (the
+pod's node, the label alerts and inhibition use); Triton's series get `triton` = the Service name, the
+same name the collector's series carry (rules join the two on it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from inferwatch.kubernetes.specfile import cluster_spec, notifier_url, secret_refs
+from inferwatch.kubernetes.workloads import COMPONENTS, NOTIFIER_SECRET, metadata, selector_labels
+from inferwatch.notifier import alertmanager_config
+from inferwatch.spec import Spec
+
+MONITORING = "monitoring.coreos.com/v1"
+ALERTMANAGER_SECRET = "inferwatch-alertmanager"
+FALLBACK_KEY = "pagerduty-fallback-key"
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # the Grafana sidecar's default label (kube-prometheus-stack)
+
+
+def _job(job: str) -> dict:
+    return {"action": "replace", "targetLabel": "job", "replacement": job}
+
+
+NODE = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+
+
+def _monitor_labels(spec: Spec, name: str, component: str) -> dict:
+    return metadata(spec, name, component, dict(spec.prometheus.kubernetes_labels))
+
+
+def _endpoint(spec: Spec, port: str, relabelings: list[dict], **extra) -> dict:
+    # The spec's scrape interval: rate windows and `for` durations were validated against it.
+    return {"port": port, "path": "/metrics", "interval": str(spec.prometheus.scrape_interval),
+            "relabelings": relabelings, **extra}
+
+
+def gpu_pod_monitor(spec: Spec) -> dict:
+    name, _port, job = COMPONENTS["gpu-exporter"]
+    # The exporter labels each GPU with the namespace/pod/container of the pod holding it (dcgm-exporter's
+    # names); the target's own namespace/pod/container would clash (Prometheus renames the exported ones to
+    # exported_*), so they are dropped: a GPU with no pod has no pod labels, not the exporter's.
+    relabel = [_job(job), NODE, {"action": "labeldrop", "regex": "namespace|pod|container"}]
+    return {"apiVersion": MONITORING, "kind": "PodMonitor", "metadata": _monitor_labels(spec, name, "gpu-exporter"),
+            "spec": {"selector": {"matchLabels": selector_labels("gpu-exporter")},
+                     "podMetricsEndpoints": [_endpoint(spec, "metrics", relabel)]}}
+
+
+def service_monitor(spec: Spec, component: str, port: str) -> dict:
+    name, _port, job = COMPONENTS[component]
+    return {"apiVersion": MONITORING, "kind": "ServiceMonitor", "metadata": _monitor_labels(spec, name, component),
+            "spec": {"selector": {"matchLabels": selector_labels(component)},
+                     "endpoints": [_endpoint(spec, port, [_job(job), NODE])]}}
+
+
+def triton_service_monitor(spec: Spec) -> dict:
+    t = spec.kubernetes.triton
+    relabel = [_job("triton"), NODE, {"action": "replace", "targetLabel": "triton", "replacement": t.service}]
+    return {"apiVersion": MONITORING, "kind": "ServiceMonitor",
+            "metadata": _monitor_labels(spec, "inferwatch-triton-server", "triton"),
+            "spec": {"namespaceSelector": {"matchNames": [t.namespace]},
+                     "selector": {"matchLabels": dict(t.selector)},
+                     "endpoints": [_endpoint(spec, t.metrics_port_name, relabel)]}}
+
+
+def collector_service_monitor(spec: Spec) -> dict:
+    monitor = service_monitor(spec, "triton-collector", "metrics")
+    t = spec.kubernetes.triton
+    # As in the static config: the collector's series name the Triton they describe, not the collector's
+    # node; Triton is reached through its Service, so the Service stands for the node. (A Service name is a
+    # DNS label: no regex metacharacter to escape.)
+    monitor["spec"]["endpoints"][0]["metricRelabelings"] = [
+        {"action": "replace", "sourceLabels": ["triton"], "regex": t.service, "targetLabel": "node",
+         "replacement": t.service}]
+    return monitor
+
+
+def monitors(spec: Spec) -> list[dict]:
+    return [gpu_pod_monitor(spec), triton_service_monitor(spec), collector_service_monitor(spec),
+            service_monitor(spec, "gateway", "metrics"), service_monitor(spec, "notifier", "http")]
+
+
+# ---------------------------------------------------------------------------------- AlertmanagerConfig
+_MATCHER = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)(=~|!~|!=|=)"(.*)"$')
+_ROUTE_KEYS = {"receiver": "receiver", "group_by": "groupBy", "group_wait": "groupWait",
+               "group_interval": "groupInterval", "repeat_interval": "repeatInterval", "continue": "continue"}
+
+
+def matcher(text: str) -> dict:
+    """'name="value"' (Alertmanager matcher syntax, as alertmanager_config writes it) as the CRD's
+    {name, value, matchType}. Raises ValueError for any other form."""
+    m = _MATCHER.match(text)
+    if not m:
+        raise ValueError(f"unsupported matcher {text!r}")
+    return {"name": m.group(1), "value": m.group(3), "matchType": m.group(2)}
+
+
+def _route(route: dict) -> dict:
+    out: dict = {}
+    for key, value in route.items():
+        if key in _ROUTE_KEYS:
+            out[_ROUTE_KEYS[key]] = value
+        elif key == "matchers":
+            out["matchers"] = [matcher(m) for m in value]
+        elif key == "routes":
+            out["routes"] = [_route(r) for r in value]
+        else:
+            raise ValueError(f"route key {key!r} has no AlertmanagerConfig equivalent here")
+    return out
+
+
+def _receiver(spec: Spec, receiver: dict) -> dict:
+    out: dict = {"name": receiver["name"]}
+    for webhook in receiver.get("webhook_configs", []):
+        config = {"url": notifier_url(spec) + "/alerts", "sendResolved": webhook["send_resolved"],
+                  "maxAlerts": webhook["max_alerts"]}
+        auth = _notifier_auth(spec)
+        if auth:
+            config["httpConfig"] = auth
+        out.setdefault("webhookConfigs", []).append(config)
+    for pd in receiver.get("pagerduty_configs", []):
+        out.setdefault("pagerdutyConfigs", []).append({
+            "routingKey": {"name": ALERTMANAGER_SECRET, "key": FALLBACK_KEY}, "url": pd["url"],
+            "sendResolved": pd["send_resolved"], "severity": pd["severity"], "client": pd["client"]})
+    unknown = set(receiver) - {"name", "webhook_configs", "pagerduty_configs"}
+    if unknown:
+        raise ValueError(f"receiver keys {sorted(unknown)} have no AlertmanagerConfig equivalent here")
+    return out
+
+
+def _notifier_auth(spec: Spec) -> dict | None:
+    """The notifier's credentials from its Secret: the same key the notifier pod reads (they cannot disagree)."""
+    n = cluster_spec(spec).notifier
+    if n.bearer_token is not None:
+        (key,) = secret_refs(n.bearer_token).keys
+        return {"authorization": {"type": "Bearer", "credentials": {"name": NOTIFIER_SECRET, "key": key}}}
+    if n.basic_auth_password is not None:
+        (key,) = secret_refs(n.basic_auth_password).keys
+        return {"basicAuth": {"username": {"name": NOTIFIER_SECRET, "key": "basic-auth-user"},
+                              "password": {"name": NOTIFIER_SECRET, "key": key}}}
+    return None
+
+
+def alertmanager_config_object(spec: Spec) -> dict:
+    """The AlertmanagerConfig (v1alpha1): the routes, receivers and inhibition of deploy/alertmanager's
+    configuration, under one route that takes the alerts carrying a `layer` (inferwatch's own)."""
+    am = alertmanager_config.config(spec)
+    route = {"matchers": [{"name": "layer", "value": "L1|L2|L3", "matchType": "=~"}], **_route(am["route"])}
+    inhibit = [{"sourceMatch": [matcher(m) for m in rule["source_matchers"]],
+                "targetMatch": [matcher(m) for m in rule["target_matchers"]], "equal": list(rule["equal"])}
+               for rule in am["inhibit_rules"]]
+    return {"apiVersion": "monitoring.coreos.com/v1alpha1", "kind": "AlertmanagerConfig",
+            "metadata": _monitor_labels(spec, "inferwatch", "notifier"),
+            "spec": {"route": route, "receivers": [_receiver(spec, r) for r in am["receivers"]],
+                     "inhibitRules": inhibit}}
+
+
+# ------------------------------------------------------------------------------------ dashboards
+def dashboard_configmaps(spec: Spec, dashboards: dict[str, str]) -> list[dict]:
+    """One ConfigMap per dashboard JSON ({file name: text}), labelled for the Grafana sidecar."""
+    out = []
+    for filename, text in sorted(dashboards.items()):
+        uid = json.loads(text).get("uid") or filename.removesuffix(".json")
+        meta = metadata(spec, f"{uid}-dashboard", "dashboards", DASHBOARD_LABEL)
+        meta["annotations"] = {"grafana_folder": "inferwatch"}
+        out.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {filename: text}})
+    return out
+

@@ -1,0 +1,87 @@
+"""Test support: the labels each alert of the generated rule files carries, per branch of its expression,
+from the rule files themselves, the generated prometheus.yml (scrape labels per job) and the labels each
+exporter writes (below; the exporters' own tests and tests/test_rules_live_names.py pin their names)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import yaml
+
+from inferwatch.rules.generate import PROMETHEUS_CONFIG, RULES_DIR, outputs
+from promql_labels import Branch, LabelFlow
+
+# Metric name prefix -> Prometheus job (fixed job names of the generated prometheus.yml).
+JOB_OF_PREFIX = (("nv_", "triton"), ("DCGM_FI_", "inferwatch-gpu"), ("inferwatch_gpu_", "inferwatch-gpu"),
+                 ("inferwatch_triton_", "inferwatch-triton"), ("gateway_", "inferwatch-gateway"),
+                 ("inferwatch_notifier_", "inferwatch-notifier"))
+_DCGM = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION")
+_GPU = ("gpu", "UUID", "Hostname")
+_TMT = ("tenant", "model", "tier")
+# Metric name (or prefix, first match wins) -> (labels the exporter always writes, labels it may write).
+EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("DCGM_FI_DEV_FB_", _DCGM, ("GPU_I_PROFILE", "GPU_I_ID")),  # MIG instances' framebuffer series
+    ("DCGM_FI_", _DCGM, ()),
+    ("inferwatch_gpu_up", _GPU, ()),
+    ("inferwatch_gpu_xid_errors_total", _GPU + ("xid",), ()),
+    ("inferwatch_gpu_clocks_event_active", _GPU + ("reason",), ()),
+    ("inferwatch_gpu_", (), ()),  # the exporter's own: nvml_up, devices, collection_*
+    ("nv_inference_request_failure", ("model", "version", "reason"), ()),
+    ("nv_inference_queue_summary_us", ("model", "version", "quantile"), ()),
+    ("nv_inference_", ("model", "version"), ()),
+    ("inferwatch_triton_model_ready", ("triton", "model", "version"), ()),
+    ("inferwatch_triton_model_state", ("triton", "model", "version", "state"), ()),
+    ("inferwatch_triton_model_", ("triton", "model"), ()),
+    ("inferwatch_triton_", ("triton",), ()),
+    ("gateway_requests_total", _TMT + ("code", "outcome"), ()),
+    ("gateway_tokens_total", _TMT + ("type",), ()),
+    ("gateway_", _TMT, ()),
+    ("inferwatch_notifier_notifications_total", ("channel", "outcome"), ()),
+    ("inferwatch_notifier_dead_letters_total", ("channel", "reason"), ()),
+    ("inferwatch_notifier_", (), ()),
+)
+
+
+@dataclasses.dataclass
+class AlertRule:
+    alert: str
+    labels: dict[str, str]  # the rule's static labels (layer, severity, ...)
+    branches: list[Branch]  # labels from its expression, per `or` branch (static labels added)
+
+
+def _scrape_labels(prometheus_yml: dict) -> dict[str, Branch]:
+    """job -> labels every target of it carries (guaranteed) or some target does (possible)."""
+    out = {}
+    for job in prometheus_yml["scrape_configs"]:
+        sets = [{k for k in sc.get("labels", {}) if not k.startswith("__")} for sc in job["static_configs"]]
+        relabelled = {r["target_label"] for r in job.get("metric_relabel_configs", [])}
+        base = {"job", "instance"} | relabelled
+        out[job["job_name"]] = Branch(frozenset(base | set.intersection(*sets)), frozenset(base | set.union(*sets)))
+    return out
+
+
+def alert_rules(spec) -> list[AlertRule]:
+    """Every alerting rule of the spec's generated rule files with its label branches."""
+    files = outputs(spec)
+    scrape = _scrape_labels(yaml.safe_load(files[PROMETHEUS_CONFIG]))
+    rules = [r for rel, text in files.items() if rel.startswith(RULES_DIR)
+             for g in yaml.safe_load(text)["groups"] for r in g["rules"]]
+    recorded: dict[str, list] = {}
+    for r in rules:
+        if "record" in r:
+            recorded.setdefault(r["record"], []).append((r.get("labels") or {}, r["expr"]))
+
+    def source(name: str, equal: dict[str, str]) -> list[Branch]:
+        job = equal.get("job") if name == "up" else next((j for p, j in JOB_OF_PREFIX if name.startswith(p)), None)
+        if job is None:
+            raise AssertionError(f"no source known for metric {name}")
+        base = scrape.get(job, Branch(frozenset({"job", "instance"}), frozenset({"job", "instance"})))
+        if name == "up":
+            return [base]
+        sure, maybe = next((s, m) for p, s, m in EXPORTER_LABELS if name.startswith(p))
+        return [base.add(sure, maybe)]
+
+    flow = LabelFlow(source, recorded)
+    return [AlertRule(r["alert"], dict(r.get("labels") or {}),
+                      [b.add(r.get("labels") or {}) for b in flow.branches(r["expr"])])
+            for r in rules if "alert" in r]

@@ -1,0 +1,61 @@
+"""`inferwatch check` rejects a route matcher no alert can satisfy, naming the nearest valid label or value
+(from the rules registry and the spec), and accepts the routes of the shipped specs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inferwatch.cli import main
+
+from conftest import REPO_ROOT
+
+CHANNELS = {"phone": {"type": "pagerduty", "routing_key": "${PD_KEY}"}}
+
+
+def check(tmp_path, capsys, routes: list[dict], **extra) -> tuple[int, str]:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"channels": CHANNELS, "routes": routes, **extra}))
+    code = main(["check", "--spec", str(spec)])
+    out = capsys.readouterr()
+    return code, out.err + out.out
+
+
+@pytest.mark.parametrize("route, field, words", [
+    ({"match": {"layr": "L1"}}, "routes[0].match.layr", "did you mean 'layer'?"),
+    ({"match": {"layer": "l1"}}, "routes[0].match.layer", "did you mean 'L1'?"),
+    ({"match": {"layer": "L1", "severity": "warn"}}, "routes[0].match.severity", "did you mean 'warning'?"),
+    ({"match": {"alertname": "GpuThrotling"}}, "routes[0].match.alertname", "did you mean 'GpuThrottling'?"),
+    ({"match": {"tier": "realtme"}}, "routes[0].match.tier", "did you mean 'realtime'?"),
+    ({"match": {"tenant": "acmee"}}, "routes[0].match.tenant", "did you mean 'acme'?"),
+    ({"match": {"window": "page-fats"}}, "routes[0].match.window", "did you mean 'page-fast'?"),
+    ({"match_re": {"layer": "l[12]"}}, "routes[0].match_re.layer", "values: L1, L2, L3"),
+    ({"match_re": {"severty": "critical"}}, "routes[0].match_re.severty", "did you mean 'severity'?"),
+    ({"match": {"layer": "L3", "component": "notifier"}}, "routes[0].match", "can never match"),
+    ({"match": {"layer": "L1", "tier": "realtime"}}, "routes[0].match", "can never match"),
+    ({"match": {"alertname": "GpuLost", "severity": "warning"}}, "routes[0].match", "can never match"),
+])
+def test_a_route_that_can_never_match_is_rejected(tmp_path, capsys, route, field, words):
+    code, text = check(tmp_path, capsys, [{"receivers": ["phone"], **route}], tenants=["acme"])
+    assert code == 2, text
+    assert f"{field}: " in text and words in text, text
+
+
+@pytest.mark.parametrize("route", [
+    {"match": {"layer": "L1", "severity": "warning"}},
+    {"match": {"layer": "L3", "model": "anything-the-fleet-serves"}},
+    {"match": {"tier": "other"}},
+    {"match_re": {"layer": "L[12]", "node": "gpu-.*"}},
+    {"match": {"alertname": "LlmTtftBurnRate", "severity": "warning", "window": "ticket-fast"}},
+    {"match": {"cluster": "prod-a", "layer": "L2"}},
+])
+def test_routes_alerts_can_match_pass(tmp_path, capsys, route):
+    code, text = check(tmp_path, capsys, [{"receivers": ["phone"], **route}],
+                       prometheus={"external_labels": {"cluster": "prod-a"}})
+    assert code == 0, text
+
+
+@pytest.mark.parametrize("spec", ["inferwatch.yaml", "examples/demo/inferwatch.demo.yaml"])
+def test_the_shipped_specs_pass(capsys, spec):
+    assert main(["check", "--spec", str(REPO_ROOT / spec)]) == 0, capsys.readouterr().err
