@@ -14,6 +14,7 @@ import os
 import re
 import sys
 
+from inferwatch import redaction
 from inferwatch.errors import StackError, UsageError
 from inferwatch.specload import SpecError
 
@@ -77,8 +78,13 @@ def add_spec_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def setup_logging(verbose: bool = False) -> None:
+    """stderr logging for every command, with the one redaction filter (inferwatch.redaction) on every
+    handler, so no log line of ours or of a library (urllib3, aiohttp, asyncio; warnings included) can show
+    a secret, with -v as without."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.captureWarnings(True)
+    redaction.install()
 
 
 # errno values of a socket that cannot listen where asked (bind/listen), named in the message with host:port.
@@ -117,10 +123,10 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except (SpecError, UsageError) as exc:
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        print(f"inferwatch: error: {redaction.redact(str(exc))}", file=sys.stderr)
         return 2
     except StackError as exc:
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        print(f"inferwatch: error: {redaction.redact(str(exc))}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): not an error. Point stdout at /dev/null so the interpreter's
@@ -129,7 +135,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     except (OSError, OverflowError) as exc:
         # A port in use, a non-local --host, an unusable data directory: configuration, not a crash.
-        print(f"inferwatch: error: {describe_os_error(exc, args)}", file=sys.stderr)
+        print(f"inferwatch: error: {redaction.redact(describe_os_error(exc, args))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -350,6 +350,13 @@ class NotifierSettings:
     basic_auth_user: str = field("")
     basic_auth_password: Secret | None = None
     max_body_bytes: int = field(1024 * 1024)
+    max_connections: int = field(512, doc="open client connections to the intake; beyond, the oldest idle are "
+                                          "closed (lowered to stay below the file-descriptor limit)")
+    header_timeout: Duration = field(_d("10s"), doc="a new connection must send its request head within this")
+    idle_timeout: Duration = field(_d("60s"), doc="a kept-alive connection idle this long is closed")
+    body_timeout: Duration = field(_d("30s"), doc="a webhook body must arrive within this (else 408)")
+    send_processes: int = field(2, doc="run channel sends in this many processes, so a storm's deliveries use "
+                                       "more than one core (0: in the notifier's own threads)")
     max_delivery_age: Duration = field(_d("6h"), doc="retry transient failures this long, then dead-letter")
     data_dir: str = field(".inferwatch-notifier", doc="where the SQLite outbox lives (--data-dir overrides)")
     retry_initial: Duration = field(_d("5s"), doc="first retry delay; doubles per attempt, with jitter")
@@ -377,6 +384,10 @@ class NotifierSettings:
             raise SpecError(f"{path}.basic_auth_password", "required when basic_auth_user is set")
         if self.max_body_bytes < 1024:
             raise SpecError(f"{path}.max_body_bytes", f"expected at least 1024, got {self.max_body_bytes}")
+        if not 0 <= self.send_processes <= 64:
+            raise SpecError(f"{path}.send_processes", f"expected 0 to 64, got {self.send_processes}")
+        if self.max_connections < 16:
+            raise SpecError(f"{path}.max_connections", f"expected at least 16, got {self.max_connections}")
 
 
 # ------------------------------------------------------------------------------------------ kubernetes

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from inferwatch import redaction
+
 
 class SpecError(ValueError):
     """A spec that cannot be used. The message is one line: `FILE: field.path: what was expected, got what`."""
@@ -96,7 +98,13 @@ class Secret:
     path: str = ""
 
     def reveal(self) -> str:
-        """The secret's value. Raises SpecError naming the field (never the value) when unresolvable."""
+        """The secret's value. Raises SpecError naming the field (never the value) when unresolvable.
+        The value is registered with inferwatch.redaction, so no log line or stored error can show it."""
+        value = self._resolve()
+        redaction.register(value)
+        return value
+
+    def _resolve(self) -> str:
         if self.env is not None:
             value = os.environ.get(self.env)
             if value is None or value == "":

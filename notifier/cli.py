@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from inferwatch.cli import UsageError, add_service_args, add_spec_arg
+from inferwatch.redaction import redact
 from inferwatch.spec import load_spec
 
 DEFAULT_PORT = 9410
@@ -167,7 +168,8 @@ def _outbox(spec, args) -> int:
           f"{'CREATED (UTC)':<19}  GROUP / LAST ERROR")
     for d in rows:
         created = _utc(d.created_at)
-        err = f"  [{d.last_reason}] {d.last_error}" if d.last_reason else ""
+        # Stored errors are redacted when written; rows written by an older version may not be.
+        err = f"  [{d.last_reason}] {redact(d.last_error)}" if d.last_reason else ""
         print(f"{d.id:>6}  {d.state:<10} {d.channel:<18} {d.kind:<10} {d.status:<8} {d.alerts:>6} {d.attempts:>5}  "
               f"{created}  {d.group_key}{err}")
     counts = outbox.counts()

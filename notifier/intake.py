@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
-from inferwatch.notifier.model import WebhookMessage
+from inferwatch.notifier.model import WebhookMessage, parse_time
 from inferwatch.notifier.outbox import Planned
 from inferwatch.notifier.routing import UNROUTED_CHANNEL, UNROUTED_ROUTE, Router
 from inferwatch.spec import Spec
 
 FIRING_ONLY_KINDS = ("voice",)  # nobody wants a phone call saying "resolved"
-
-
-def parse_time(text: str) -> float | None:
-    """RFC 3339 (Alertmanager's startsAt, nanoseconds included) → epoch seconds; None when unparsable."""
-    try:
-        head, _, frac = text.rstrip("Z").partition(".")
-        base = dt.datetime.fromisoformat(head).replace(tzinfo=dt.timezone.utc)
-        return base.timestamp() + (float("0." + frac[:9]) if frac.isdigit() else 0.0)
-    except ValueError:
-        return None
 
 
 def plan_unrouted(spec: Spec, router: Router, message: WebhookMessage, now: float) -> list[Planned]:

@@ -6,13 +6,21 @@ right after a restart.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from inferwatch.notifier.channels.base import REASONS
+from inferwatch.notifier.model import REPAIR_KINDS
+from inferwatch.notifier.outbox import WRITE_OPERATIONS
 from inferwatch.notifier.routing import UNROUTED_CHANNEL
 
 OUTCOMES = ("delivered", "retried", "dead_lettered", "superseded", "cancelled")
+# What POST /alerts answered. Everything but accepted/duplicate is a webhook Alertmanager will not retry
+# (4xx) or is retrying (unavailable = 503 while the outbox cannot be written).
+WEBHOOK_OUTCOMES = ("accepted", "duplicate", "unauthorized", "too_large", "malformed", "wrong_endpoint",
+                    "unavailable")
+# Why the server closed a client connection itself (notifier/connections.py).
+CLOSE_REASONS = ("connection_cap", "header_timeout", "idle_timeout")
 # Seconds; a healthy provider answers in 0.1-1 s, a hung one hits the channel timeout (default 10 s).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -37,6 +45,31 @@ class NotifierMetrics:
                                 "Accepted notifications no route matched (sent to notifier.unrouted_receivers, "
                                 "or dead-lettered with reason unrouted when no channel can take them).",
                                 registry=self.registry)
+        self.webhooks = Counter("inferwatch_notifier_webhooks_total",
+                                "Webhooks POSTed to the notifier, by what it answered (accepted, duplicate, or "
+                                "why it refused: unauthorized, too_large, malformed, wrong_endpoint, "
+                                "unavailable).", ["outcome"], registry=self.registry)
+        self.repairs = Counter("inferwatch_notifier_webhook_repairs_total",
+                               "Changes intake made to keep an alert it could not keep as sent (value_cut, "
+                               "entries_dropped, alerts_dropped, invalid_unicode).", ["kind"], registry=self.registry)
+        self.intake_commits = Counter("inferwatch_notifier_intake_commits_total",
+                                      "Intake transactions committed, each fsynced and holding every webhook "
+                                      "that arrived during the previous one (group commit).", registry=self.registry)
+        self.unrecorded = Gauge("inferwatch_notifier_unrecorded_outcomes",
+                                "Deliveries whose outcome (sent, failed) is held in memory because the outbox "
+                                "could not be written yet; they are not sent again meanwhile.",
+                                registry=self.registry)
+        self.connections = Gauge("inferwatch_notifier_http_connections", "Open client connections to the intake.",
+                                 registry=self.registry)
+        self.connections_closed = Counter("inferwatch_notifier_http_connections_closed_total",
+                                          "Client connections the notifier closed itself, by reason.",
+                                          ["reason"], registry=self.registry)
+        for outcome in WEBHOOK_OUTCOMES:
+            self.webhooks.labels(outcome)
+        for kind in REPAIR_KINDS:
+            self.repairs.labels(kind)
+        for reason in CLOSE_REASONS:
+            self.connections_closed.labels(reason)
         # An unrouted alert no channel can take is a dead letter of the pseudo-channel "unrouted".
         self.dead_letters.labels(UNROUTED_CHANNEL, "unrouted")
         for ch in channels:
@@ -56,9 +89,23 @@ class _OutboxCollector:
         self.outbox = outbox
 
     def describe(self):
-        return []
+        # Names only (no outbox read): the registry indexes them, so `/metrics?name[]=...` finds them.
+        return [GaugeMetricFamily("inferwatch_notifier_outbox_writable", ""),
+                CounterMetricFamily("inferwatch_notifier_outbox_write_errors", "", labels=["operation"]),
+                GaugeMetricFamily("inferwatch_notifier_outbox_depth", ""),
+                GaugeMetricFamily("inferwatch_notifier_oldest_pending_age_seconds", "")]
 
     def collect(self):
+        writable = GaugeMetricFamily("inferwatch_notifier_outbox_writable",
+                                     "1 while the outbox can be written, 0 after a write failed (disk full, "
+                                     "I/O error) until a write succeeds again.")
+        writable.add_metric([], 1 if self.outbox.writable else 0)
+        yield writable
+        errors = CounterMetricFamily("inferwatch_notifier_outbox_write_errors",
+                                     "Failed outbox writes, by operation (intake, record, probe).", labels=["operation"])
+        for op in WRITE_OPERATIONS:
+            errors.add_metric([op], self.outbox.write_errors[op])
+        yield errors
         depth = GaugeMetricFamily("inferwatch_notifier_outbox_depth", "Deliveries waiting in the outbox.")
         age = GaugeMetricFamily("inferwatch_notifier_oldest_pending_age_seconds",
                                 "Age of the oldest due delivery still waiting (0 when none).")

@@ -5,18 +5,29 @@ Tables: `intake` (delivery keys of recent webhooks, for redelivery detection), `
 Every state change is one transaction, so a process killed at any instant (SIGKILL mid-delivery included)
 leaves each row either pending (sent again after restart: at-least-once) or finished.
 Each thread gets its own connection (sqlite3 connections are not shared across threads).
+
+Writes can fail (disk full: SQLITE_FULL; a failing disk: SQLITE_IOERR; a read-only file). The outbox keeps
+the condition (`write_error`, counted per operation in `write_errors`), logs it once when it starts and once
+when it ends, and answers `writable`; `probe()` tries a tiny write to learn whether it has ended.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sqlite3
 import threading
 import time
+from collections import Counter
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Callable
 
 from inferwatch.notifier.model import WebhookMessage, message_from_dict
+from inferwatch.redaction import redact
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS intake (key TEXT PRIMARY KEY, received_at REAL NOT NULL);
@@ -41,9 +52,12 @@ CREATE TABLE IF NOT EXISTS deliveries (
 );
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries(state, channel, next_attempt_at);
 CREATE INDEX IF NOT EXISTS deliveries_group ON deliveries(group_key, state);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);  -- probe() writes here
 """
 
 STATES = ("pending", "delivered", "dead", "superseded", "cancelled")
+SQLITE_INT_MAX = 2**63 - 1  # INTEGER columns are signed 64-bit; Alertmanager's truncatedAlerts is a uint64
+WRITE_OPERATIONS = ("intake", "record", "probe")  # what a failed write was doing (write_errors keys)
 
 
 class OutboxError(RuntimeError):
@@ -86,6 +100,30 @@ class Delivery:
         return self.requeued_at or self.created_at
 
 
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What became of some deliveries, to be written by Outbox.record: a final `state` (delivered, dead,
+    superseded, cancelled) at `at`, or "pending" with `schedule` = (id, next attempt time) for a retry."""
+
+    ids: tuple[int, ...]
+    state: str
+    at: float = 0.0
+    reason: str = ""
+    error: str = ""
+    schedule: tuple[tuple[int, float], ...] = ()
+
+    @classmethod
+    def finished(cls, ids, state: str, at: float, reason: str = "", error: str = "") -> "Outcome":
+        if state not in STATES or state == "pending":
+            raise ValueError(f"not a final state: {state!r}")
+        return cls(tuple(ids), state, at, reason, error)
+
+    @classmethod
+    def retry(cls, schedule, reason: str, error: str) -> "Outcome":
+        schedule = tuple(schedule)
+        return cls(tuple(i for i, _ in schedule), "pending", 0.0, reason, error, schedule)
+
+
 class AlreadyDelivered(RuntimeError):
     """`retry` of a delivered row without force=True; `.delivery` is the row (finished_at = when)."""
 
@@ -109,6 +147,59 @@ class Outbox:
                 if "duplicate column" not in str(exc):
                     raise
         self._last_prune = 0.0
+        self.write_error: str | None = None   # set while writes fail (the last error), None when writable
+        self.write_errors: Counter = Counter({op: 0 for op in WRITE_OPERATIONS})
+        self._state_lock = threading.Lock()
+        self._on_writable: list[Callable[[], None]] = []
+
+    # ---------------------------------------------------------------------------------- write state
+    @property
+    def writable(self) -> bool:
+        return self.write_error is None
+
+    def _write(self, operation: str, fn: Callable[[sqlite3.Connection], object]):
+        """Run `fn(db)` in one transaction; track the outbox's write state. Raises OutboxError."""
+        try:
+            with self._tx() as db:
+                result = fn(db)
+        except sqlite3.Error as exc:
+            self._failed(operation, exc)
+            raise OutboxError(f"outbox write failed: {exc}") from exc
+        self._succeeded()
+        return result
+
+    def _failed(self, operation: str, exc: sqlite3.Error) -> None:
+        with self._state_lock:
+            self.write_errors[operation] += 1
+            started = self.write_error is None
+            self.write_error = str(exc)
+        if started:
+            log.error("the outbox %s cannot be written (%s): webhooks are answered 503 so Alertmanager retries, "
+                      "notifications sent meanwhile are held in memory and not sent again, /-/ready answers "
+                      "503; free space or fix the disk", self.path, exc)
+
+    def _succeeded(self) -> None:
+        if self.write_error is None:
+            return
+        with self._state_lock:
+            ended, self.write_error = self.write_error is not None, None
+        if ended:
+            log.warning("the outbox %s can be written again", self.path)
+            for callback in self._on_writable:
+                callback()
+
+    def on_writable(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever a write succeeds after failures (e.g. to retry held writes at once)."""
+        self._on_writable.append(callback)
+
+    def probe(self) -> bool:
+        """Try a one-row write; True when the outbox can be written (and the write state says so)."""
+        try:
+            self._write("probe", lambda db: db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES "
+                                                       "('probe', ?)", (str(time.time()),)))
+        except OutboxError:
+            return False
+        return True
 
     # ---------------------------------------------------------------------------------- connections
     def _db(self) -> sqlite3.Connection:
@@ -133,10 +224,23 @@ class Outbox:
 
         def __exit__(self, exc_type, exc, tb):
             if exc_type is None:
-                self.db.execute("COMMIT")
-            else:
-                self.db.execute("ROLLBACK")
+                try:
+                    self.db.execute("COMMIT")
+                    return False
+                except sqlite3.Error:
+                    self._rollback()
+                    raise
+            self._rollback()
             return False
+
+        def _rollback(self) -> None:
+            # SQLite may already have rolled back itself (SQLITE_FULL/IOERR during a write): ROLLBACK would
+            # then raise "no transaction is active" and hide the real error.
+            if self.db.in_transaction:
+                try:
+                    self.db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
 
     def _tx(self) -> "_Tx":
         return self._Tx(self._db())
@@ -156,31 +260,62 @@ class Outbox:
         Raises OutboxError when nothing could be written (the caller answers 5xx).
         """
         now = time.time() if now is None else now
-        key = message.delivery_key()
+        return self._write("intake", lambda db: self._accept_in(db, message, planned, now))
+
+    def accept_batch(self, items: list[tuple[WebhookMessage, list[Planned], float, Future]]) -> None:
+        """Group commit: persist several webhooks in one transaction (one fsync) and settle each future with
+        accept()'s result, or OutboxError for all when the commit fails. Each webhook runs in its own
+        savepoint, so an error in one (a bug, not the disk) fails only its own future."""
+        results: list[tuple[Future, object]] = []
+
+        def write(db):
+            for message, planned, now, future in items:
+                db.execute("SAVEPOINT webhook")
+                try:
+                    results.append((future, self._accept_in(db, message, planned, now)))
+                    db.execute("RELEASE webhook")
+                except sqlite3.OperationalError:
+                    raise  # the disk or the database (full, I/O error, locked): the whole batch fails
+                except Exception as exc:  # noqa: BLE001 - this webhook only (a bug or an unstorable value)
+                    db.execute("ROLLBACK TO webhook")
+                    db.execute("RELEASE webhook")
+                    log.exception("could not store webhook %s", message.group_key[:200])
+                    results.append((future, OutboxError(f"cannot store this webhook: {type(exc).__name__}")))
+
         try:
-            with self._tx() as db:
-                seen = db.execute("SELECT received_at FROM intake WHERE key=?", (key,)).fetchone()
-                if seen is not None and now - seen["received_at"] < self.dedup_window_s:
-                    return False, []
-                db.execute("INSERT OR REPLACE INTO intake(key, received_at) VALUES (?, ?)", (key, now))
-                mid = db.execute("INSERT INTO messages(body, received_at) VALUES (?, ?)",
-                                 (json.dumps(message.to_json(), ensure_ascii=False), now)).lastrowid
-                ids = []
-                for p in planned:
-                    if p.kind == "escalation" and db.execute(
-                            "SELECT 1 FROM deliveries WHERE group_key=? AND channel=? AND kind='escalation' "
-                            "AND (state='pending' OR (state='delivered' AND status='firing' AND last_reason!='resolved'))",
-                            (message.group_key, p.channel)).fetchone():
-                        continue  # this group already has its escalation queued or sent
-                    ids.append(self._insert(db, mid, p, message, now))
-                if message.status == "resolved":
-                    ids += self._resolve_escalations(db, mid, message, now)
-                if now - self._last_prune > 60:
-                    db.execute("DELETE FROM intake WHERE received_at < ?", (now - self.dedup_window_s,))
-                    self._last_prune = now
-                return True, ids
-        except sqlite3.Error as exc:
-            raise OutboxError(f"outbox write failed: {exc}") from exc
+            self._write("intake", write)
+        except OutboxError as exc:
+            for *_, future in items:
+                future.set_exception(exc)
+            return
+        for future, result in results:
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    def _accept_in(self, db, message: WebhookMessage, planned: list[Planned], now: float) -> tuple[bool, list[int]]:
+        key = message.delivery_key()
+        seen = db.execute("SELECT received_at FROM intake WHERE key=?", (key,)).fetchone()
+        if seen is not None and now - seen["received_at"] < self.dedup_window_s:
+            return False, []
+        db.execute("INSERT OR REPLACE INTO intake(key, received_at) VALUES (?, ?)", (key, now))
+        mid = db.execute("INSERT INTO messages(body, received_at) VALUES (?, ?)",
+                         (json.dumps(message.to_json(), ensure_ascii=False), now)).lastrowid
+        ids = []
+        for p in planned:
+            if p.kind == "escalation" and db.execute(
+                    "SELECT 1 FROM deliveries WHERE group_key=? AND channel=? AND kind='escalation' "
+                    "AND (state='pending' OR (state='delivered' AND status='firing' AND last_reason!='resolved'))",
+                    (message.group_key, p.channel)).fetchone():
+                continue  # this group already has its escalation queued or sent
+            ids.append(self._insert(db, mid, p, message, now))
+        if message.status == "resolved":
+            ids += self._resolve_escalations(db, mid, message, now)
+        if now - self._last_prune > 60:
+            db.execute("DELETE FROM intake WHERE received_at < ?", (now - self.dedup_window_s,))
+            self._last_prune = now
+        return True, ids
 
     @staticmethod
     def _insert(db, mid: int, p: Planned, message: WebhookMessage, now: float, status: str | None = None) -> int:
@@ -190,13 +325,13 @@ class Outbox:
                 "created_at, next_attempt_at, finished_at, last_reason, last_error) "
                 "VALUES (?,?,?,?,?,?,?,'dead',?,?,?,?,?)",
                 (mid, p.channel, p.kind, message.group_key, status or message.status, p.route,
-                 message.alert_count(), now, now, now, p.dead_reason,
+                 min(message.alert_count(), SQLITE_INT_MAX), now, now, now, p.dead_reason,
                  "no route matched and no channel can take it (set notifier.unrouted_receivers)")).lastrowid
         return db.execute(
             "INSERT INTO deliveries(message_id, channel, kind, group_key, status, route, alerts, created_at, "
             "next_attempt_at) VALUES (?,?,?,?,?,?,?,?,?)",
             (mid, p.channel, p.kind, message.group_key, status or message.status, p.route,
-             message.alert_count(), max(now, p.not_before), max(now, p.not_before))).lastrowid
+             min(message.alert_count(), SQLITE_INT_MAX), max(now, p.not_before), max(now, p.not_before))).lastrowid
 
     def _resolve_escalations(self, db, mid: int, message: WebhookMessage, now: float) -> list[int]:
         db.execute("UPDATE deliveries SET state='cancelled', finished_at=?, last_reason='resolved' "
@@ -213,11 +348,19 @@ class Outbox:
         return ids
 
     # --------------------------------------------------------------------------------------- worker
-    def due(self, channel: str, now: float, limit: int = 10_000) -> list[Delivery]:
+    def due(self, channel: str, now: float, limit: int = 10_000, exclude: frozenset[int] | set[int] = frozenset()
+            ) -> list[Delivery]:
+        """Pending rows of `channel` due by `now`, oldest first, at most `limit`, leaving out `exclude` (rows
+        whose outcome the worker holds but has not written yet)."""
         rows = self._db().execute(
             "SELECT * FROM deliveries WHERE state='pending' AND channel=? AND next_attempt_at<=? ORDER BY id LIMIT ?",
-            (channel, now, limit)).fetchall()
-        return [Delivery(**dict(r)) for r in rows]
+            (channel, now, limit + len(exclude))).fetchall()
+        return [Delivery(**dict(r)) for r in rows if r["id"] not in exclude][:limit]
+
+    def count_due(self, channel: str, now: float, limit: int) -> int:
+        """Due rows of `channel`, counted up to `limit` (bounded work under any backlog)."""
+        return self._db().execute("SELECT COUNT(*) AS n FROM (SELECT 1 FROM deliveries WHERE state='pending' AND "
+                                  "channel=? AND next_attempt_at<=? LIMIT ?)", (channel, now, limit)).fetchone()["n"]
 
     def next_due(self, channel: str) -> float | None:
         row = self._db().execute("SELECT MIN(next_attempt_at) AS t FROM deliveries WHERE state='pending' AND "
@@ -233,19 +376,29 @@ class Outbox:
                 out[r["id"]] = message_from_dict(json.loads(r["body"]))
         return out
 
+    def record(self, outcomes: list["Outcome"]) -> None:
+        """Write what became of deliveries, all in one transaction. Error texts are redacted here, the one
+        place every stored error passes, so `outbox list` never shows a secret. Raises OutboxError."""
+        def write(db):
+            for o in outcomes:
+                error = redact(o.error)
+                if o.state == "pending":
+                    db.executemany("UPDATE deliveries SET attempts=attempts+1, next_attempt_at=?, last_reason=?, "
+                                   "last_error=? WHERE id=? AND state='pending'",
+                                   [(at, o.reason, error, i) for i, at in o.schedule])
+                else:
+                    tried = 0 if o.state in ("superseded", "cancelled") else 1
+                    db.executemany("UPDATE deliveries SET state=?, finished_at=?, attempts=attempts+?, "
+                                   "last_reason=?, last_error=? WHERE id=? AND state='pending'",
+                                   [(o.state, o.at, tried, o.reason, error, i) for i in o.ids])
+
+        self._write("record", write)
+
     def finish(self, ids: list[int], state: str, now: float, reason: str = "", error: str = "") -> None:
-        assert state in STATES
-        with self._tx() as db:
-            db.executemany("UPDATE deliveries SET state=?, finished_at=?, attempts=attempts+?, last_reason=?, "
-                           "last_error=? WHERE id=? AND state='pending'",
-                           [(state, now, 0 if state in ("superseded", "cancelled") else 1, reason, error, i)
-                            for i in ids])
+        self.record([Outcome.finished(ids, state, now, reason, error)])
 
     def reschedule(self, schedule: list[tuple[int, float]], reason: str, error: str) -> None:
-        with self._tx() as db:
-            db.executemany("UPDATE deliveries SET attempts=attempts+1, next_attempt_at=?, last_reason=?, "
-                           "last_error=? WHERE id=? AND state='pending'",
-                           [(at, reason, error, i) for i, at in schedule])
+        self.record([Outcome.retry(schedule, reason, error)])
 
     # ------------------------------------------------------------------------------------ inspection
     def list(self, states: tuple[str, ...] = ("pending", "dead"), limit: int = 100) -> list[Delivery]:
@@ -263,7 +416,8 @@ class Outbox:
         while created_at keeps when it was first queued. KeyError if unknown; AlreadyDelivered for a
         delivered row unless `force` (re-sending is then a deliberate act, not a slip of the id)."""
         now = time.time() if now is None else now
-        with self._tx() as db:
+
+        def write(db):
             row = db.execute("SELECT * FROM deliveries WHERE id=?", (delivery_id,)).fetchone()
             if row is None:
                 raise KeyError(delivery_id)
@@ -271,6 +425,8 @@ class Outbox:
                 raise AlreadyDelivered(Delivery(**dict(row)))
             db.execute("UPDATE deliveries SET state='pending', attempts=0, requeued_at=?, next_attempt_at=?, "
                        "finished_at=NULL WHERE id=?", (now, now, delivery_id))
+
+        self._write("record", write)
         return self.get(delivery_id)
 
     def counts(self) -> dict[str, int]:

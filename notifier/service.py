@@ -1,10 +1,14 @@
 """The notifier service: aiohttp HTTP server (POST /alerts, GET /metrics, /-/healthy, /-/ready) plus the
 delivery worker threads, over one outbox.
 
-POST /alerts answers: 200 after the notification is committed to the outbox (or recognised as a
-redelivery); 400 malformed payload (the message says what is wrong); 401 missing/wrong credentials;
-413 body over `notifier.max_body_bytes`; 503 when the outbox cannot persist — the only 5xx, so
-Alertmanager (which retries 5xx only) retries exactly when we did not keep the alert.
+POST /alerts answers: 200 after the notification is committed to the outbox (group commit, see committer.py)
+or recognised as a redelivery; 400 for what is not an Alertmanager payload at all (the message names the
+field; oversized or badly encoded values are cut or replaced and accepted, see model.py); 401 missing/wrong
+credentials; 408 a body slower than `notifier.body_timeout`; 413 body over `notifier.max_body_bytes`; 503
+when the outbox cannot persist — the only 5xx, so Alertmanager (which retries 5xx only) retries exactly when
+we did not keep the alert. Every answer is counted in inferwatch_notifier_webhooks_total{outcome}, and every
+refusal is logged with its reason (one line per reason and field a minute, ratelog.ConditionLog), 404/405
+for a wrong path or method included. /-/ready answers 503 while the outbox cannot be written.
 """
 
 from __future__ import annotations
@@ -13,18 +17,23 @@ import asyncio
 import base64
 import hmac
 import logging
+import sys
 import threading
 import time
 from pathlib import Path
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from aiohttp.http_exceptions import HttpProcessingError
 
 from inferwatch.notifier.channels import build_channel
+from inferwatch.notifier.committer import GroupCommitter
+from inferwatch.notifier.connections import ACCEPT_BACKLOG, ConnectionGuard, connection_cap, raise_fd_limit
+from inferwatch.notifier.exposition import metrics_handler
 from inferwatch.notifier.intake import plan
 from inferwatch.notifier.metrics import NotifierMetrics
-from inferwatch.notifier.model import PayloadError, parse_webhook
+from inferwatch.notifier.model import PayloadError, Repair, parse_webhook
 from inferwatch.notifier.outbox import Outbox, OutboxError
+from inferwatch.notifier.ratelog import ConditionLog
 from inferwatch.notifier.routing import Router
 from inferwatch.notifier.worker import DeliveryWorker
 from inferwatch.spec import Spec
@@ -32,6 +41,7 @@ from inferwatch.spec import Spec
 log = logging.getLogger(__name__)
 
 OUTBOX_FILE = "outbox.sqlite3"
+READY_PROBE_INTERVAL_S = 1.0  # while the outbox is unwritable, /-/ready tries a write at most this often
 
 
 def check_channel_secrets(spec: Spec) -> None:
@@ -42,6 +52,25 @@ def check_channel_secrets(spec: Spec) -> None:
         for secret in (c.url, c.routing_key, *c.headers.values()):
             if secret is not None:
                 secret.reveal()
+
+
+class _ServerLog(logging.LoggerAdapter):
+    """aiohttp's server logger for the intake: a request its HTTP parser refuses (400 before any handler:
+    a scanner, TLS on a plain port, a header over 8190 bytes) is counted and logged once a minute without
+    a traceback; anything else (a handler bug) is logged as aiohttp logs it."""
+
+    def __init__(self, service: "NotifierService"):
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self.service = service
+
+    def log(self, level, msg, *args, exc_info=None, **kwargs) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1] if exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            detail = " ".join(str(exc.message).split())[:200]
+            self.service.refused(None, "malformed", f"HTTP parser: {exc.code} {type(exc).__name__}: {detail}",
+                                 key=type(exc).__name__)
+            return
+        self.logger.log(level, msg, *args, exc_info=exc_info, **kwargs)
 
 
 class NotifierService:
@@ -57,10 +86,14 @@ class NotifierService:
         self.metrics = NotifierMetrics(list(self.channels), self.outbox)
         enrich = {i: (r.enrich, r.enrich_timeout.seconds) for i, r in enumerate(self.router.routes) if r.enrich}
         self.worker = DeliveryWorker(spec, self.outbox, self.channels, self.metrics, enrich)
+        self.committer = GroupCommitter(self.outbox, metrics=self.metrics)
         self._credentials = self._expected_credentials()
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self.guard: ConnectionGuard | None = None
+        self._log = ConditionLog(log)
+        self._last_probe = 0.0
         self.accepted = 0
 
     def _expected_credentials(self) -> list[str]:
@@ -76,10 +109,33 @@ class NotifierService:
 
     # ------------------------------------------------------------------------------------- handlers
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.spec.notifier.max_body_bytes)
-        app.add_routes([web.post("/alerts", self.handle_alerts), web.get("/metrics", self.handle_metrics),
-                        web.get("/-/healthy", self.handle_health), web.get("/-/ready", self.handle_health)])
+        app = web.Application(client_max_size=self.spec.notifier.max_body_bytes, middlewares=[self._count_http_errors])
+        app.add_routes([web.post("/alerts", self.handle_alerts), web.get("/metrics", metrics_handler(self.metrics.registry)),
+                        web.get("/-/healthy", self.handle_health), web.get("/-/ready", self.handle_ready)])
         return app
+
+    @web.middleware
+    async def _count_http_errors(self, request: web.Request, handler):
+        """404/405 from aiohttp's router (a wrong URL or method in Alertmanager's webhook_config) are
+        refusals like any other: logged and counted."""
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status in (404, 405):
+                self.refused(request, "wrong_endpoint", f"{exc.status} {request.method} {request.path[:200]} "
+                             "(Alertmanager posts to /alerts)", key=f"{exc.status}")
+            raise
+
+    def refused(self, request: web.Request | None, outcome: str, detail: str, *, key: str = "") -> None:
+        """Count a refused webhook and log it: one line per (outcome, key) a minute, repeats counted in it."""
+        self.metrics.webhooks.labels(outcome).inc()
+        peer = request.remote if request is not None else "?"
+        self._log.log(f"{outcome}:{key}", logging.WARNING, "refused a request from %s (%s): %s", peer, outcome, detail)
+
+    def _refuse(self, request: web.Request, status: int, outcome: str, error: str, *, key: str = "",
+                headers: dict | None = None) -> web.Response:
+        self.refused(request, outcome, f"{status} {error}", key=key)
+        return web.json_response({"error": error}, status=status, headers=headers)
 
     def _authorized(self, request: web.Request) -> bool:
         if not self._credentials:
@@ -90,73 +146,118 @@ class NotifierService:
 
     async def handle_alerts(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
-            return web.json_response({"error": "missing or wrong credentials"}, status=401,
-                                     headers={"WWW-Authenticate": 'Bearer realm="inferwatch-notifier"'})
+            return self._refuse(request, 401, "unauthorized", "missing or wrong credentials",
+                                headers={"WWW-Authenticate": 'Bearer realm="inferwatch-notifier"'})
         limit = self.spec.notifier.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
-            return web.json_response({"error": f"body larger than {limit} bytes"}, status=413)
+            return self._refuse(request, 413, "too_large", f"body larger than {limit} bytes")
         try:
-            body = await request.read()
+            body = await asyncio.wait_for(request.read(), self.spec.notifier.body_timeout.seconds)
         except web.HTTPRequestEntityTooLarge:
-            return web.json_response({"error": f"body larger than {limit} bytes"}, status=413)
+            return self._refuse(request, 413, "too_large", f"body larger than {limit} bytes")
+        except asyncio.TimeoutError:
+            return self._refuse(request, 408, "malformed",
+                                f"body not received within {self.spec.notifier.body_timeout}", key="timeout")
+        repairs: list[Repair] = []
         try:
-            message = parse_webhook(body)
+            message = parse_webhook(body, repairs)
         except PayloadError as exc:
-            return web.json_response({"error": f"malformed Alertmanager webhook: {exc}"}, status=400)
+            return self._refuse(request, 400, "malformed", f"malformed Alertmanager webhook: {exc}",
+                                key=str(exc).split(":", 1)[0])
+        self._report_repairs(message.group_key, repairs)
         now = time.time()
         unrouted = not self.router.match(message.labels)
         planned = plan(self.spec, self.router, message, now)
         try:
-            accepted, ids = await asyncio.get_running_loop().run_in_executor(
-                None, self.outbox.accept, message, planned, now)
+            accepted, ids = await asyncio.wrap_future(self.committer.submit(message, planned, now))
         except OutboxError as exc:
-            log.error("could not persist a notification (%s); answering 503 so Alertmanager retries", exc)
+            self.metrics.webhooks.labels("unavailable").inc()
+            if self.outbox.writable:  # else the outbox has said it, once, with what it means
+                self._log.log("unavailable", logging.ERROR, "could not persist a notification (%s); answering "
+                              "503 so Alertmanager retries", exc)
             return web.json_response({"error": "outbox unavailable, retry"}, status=503)
+        self._log.clear("unavailable")
         if not accepted:
+            self.metrics.webhooks.labels("duplicate").inc()
             return web.json_response({"status": "duplicate", "deliveries": 0})
         self.accepted += 1
+        self.metrics.webhooks.labels("accepted").inc()
         for p in planned:
             self.worker.wake(p.channel)
         if unrouted:
             self.metrics.unrouted.inc()
             dead = [p for p in planned if p.dead_reason]
+            # One line per group a minute: a storm of unrouted alerts is counted, not a line each.
             if dead:
                 self.metrics.dead_letters.labels(dead[0].channel, dead[0].dead_reason).inc()
-                log.error("no route matched %s (labels %s) and no channel can take it: kept as a dead letter "
-                          "(set notifier.unrouted_receivers)", message.group_key, message.labels)
+                self._log.log(f"unrouted:{message.group_key}", logging.ERROR, "no route matched %s (labels %s) and "
+                              "no channel can take it: kept as a dead letter (set notifier.unrouted_receivers)",
+                              message.group_key, message.labels)
             else:
-                log.warning("no route matched %s (labels %s): sent to the catch-all %s", message.group_key,
-                            message.labels, ", ".join(p.channel for p in planned) or "(resolved: nothing to say)")
+                self._log.log(f"unrouted:{message.group_key}", logging.WARNING, "no route matched %s (labels %s): "
+                              "sent to the catch-all %s", message.group_key, message.labels,
+                              ", ".join(p.channel for p in planned) or "(resolved: nothing to say)")
         body = {"status": "accepted", "deliveries": len(ids)}
         if unrouted:
             body["unrouted"] = True
         return web.json_response(body)
 
-    async def handle_metrics(self, request: web.Request) -> web.Response:
-        data = await asyncio.get_running_loop().run_in_executor(None, generate_latest, self.metrics.registry)
-        return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    def _report_repairs(self, group_key: str, repairs: list[Repair]) -> None:
+        for r in repairs:
+            self.metrics.repairs.labels(r.kind).inc()
+        if repairs:
+            first = repairs[0]
+            more = f" and {len(repairs) - 1} more change(s)" if len(repairs) > 1 else ""
+            self._log.log(f"repair:{first.kind}", logging.WARNING, "accepted webhook %s with %s: %s (%s)%s",
+                          group_key[:200], first.kind, first.path[:200], first.detail, more)
 
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
+    async def handle_ready(self, request: web.Request) -> web.Response:
+        """Ready while webhooks can be accepted: the outbox can be written (probed at most once a second
+        while it cannot) and the intake committer runs."""
+        if not self.outbox.writable and time.monotonic() - self._last_probe >= READY_PROBE_INTERVAL_S:
+            self._last_probe = time.monotonic()
+            await asyncio.get_running_loop().run_in_executor(None, self.outbox.probe)
+        if not self.outbox.writable:
+            return web.Response(status=503, text=f"not ready: the outbox cannot be written ({self.outbox.write_error})\n")
+        if not self.committer.running:
+            return web.Response(status=503, text="not ready: intake is not running\n")
+        return web.Response(text="ok\n")
+
     # ------------------------------------------------------------------------------------ lifecycle
     async def _start_http(self) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=2.0)
+        n = self.spec.notifier
+        self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=2.0, logger=_ServerLog(self),
+                                     keepalive_timeout=n.idle_timeout.seconds)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        cap = connection_cap(n.max_connections, raise_fd_limit())
+        self.guard = ConnectionGuard(self._runner.server, max_connections=cap, header_timeout_s=n.header_timeout.seconds,
+                                     idle_timeout_s=n.idle_timeout.seconds, metrics=self.metrics)
+        self.guard.start()
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=ACCEPT_BACKLOG)
         await site.start()
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
+
+    async def _stop_http(self) -> None:
+        if self.guard is not None:
+            await self.guard.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
     def serve_forever(self) -> None:
         """Run in the foreground until SIGINT/SIGTERM (the CLI)."""
         import signal
 
         async def main():
+            self.committer.start()
             await self._start_http()
             self.worker.start()
-            log.info("notifier listening on http://%s:%d (outbox %s, channels: %s)", self.host, self.port,
-                     self.outbox.path, ", ".join(self.channels) or "none")
+            log.info("notifier listening on http://%s:%d (outbox %s, channels: %s; at most %d connections)",
+                     self.host, self.port, self.outbox.path, ", ".join(self.channels) or "none",
+                     self.guard.max_connections)
             if not self._credentials:
                 log.warning("no notifier.bearer_token or basic auth in the spec: POST /alerts accepts anyone")
             stop = asyncio.Event()
@@ -164,17 +265,19 @@ class NotifierService:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
             await stop.wait()
-            await self._runner.cleanup()
+            await self._stop_http()
 
         try:
             asyncio.run(main())
         finally:
+            self.committer.stop()
             self.worker.stop()
 
     def start(self) -> "NotifierService":
         """Run in a background thread (tests, benchmarks, the demo); port 0 picks a free port."""
         started = threading.Event()
         errors: list[BaseException] = []
+        self.committer.start()
 
         def run():
             self._loop = asyncio.new_event_loop()
@@ -191,16 +294,18 @@ class NotifierService:
         self._thread.start()
         started.wait(30)
         if errors:
+            self.committer.stop()
             raise errors[0]
         self.worker.start()
         return self
 
     def stop(self) -> None:
-        self.worker.stop()
         if self._loop is not None and self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(15)
+            asyncio.run_coroutine_threadsafe(self._stop_http(), self._loop).result(15)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(15)
+        self.committer.stop()
+        self.worker.stop()
         self.outbox.close()
 
     @property

@@ -1,13 +1,21 @@
-"""Delivery worker: one thread per channel sends what is due in the outbox, and alone owns retries.
+"""Delivery worker: one thread per channel picks what is due in the outbox and hands each message to the
+channel's senders (at most MAX_IN_FLIGHT at once, never two of one group); it alone owns retries.
 
 Per pass for a channel: take due rows; wait for the destination's rate limiter (rows keep piling up
 meanwhile); chat channels send one group per message while the backlog is short and everything pending
-as one digest when it is long (coalescing, see COALESCE_BACKLOG_S); phone channels send one group at a
-time after dropping rows superseded by a newer state of the same group. Outcomes:
+as one digest when it is long: longer than COALESCE_BACKLOG_S at the destination's rate, or longer than
+COALESCE_SELF_S at the time a send takes now (the notifier itself falling behind, e.g. a storm of hundreds
+of webhooks a second: one message per group would make every later one wait). Phone channels send one
+group at a time after dropping rows superseded by a newer state of the same group. Outcomes:
 ok → delivered; retryable → retried after exponential backoff with jitter (capped, Retry-After honoured)
 until `max_delivery_age`, then dead-lettered (reason max_age); permanent → dead-lettered at once with the
 channel's reason. A provider "too long" answer gets one immediate resend at half the size budget.
 Backoff: "exponential backoff and jitter" (AWS Architecture Blog, 2015), the equal-jitter variant.
+
+Outcomes are not written by the sending thread: it hands them to the OutcomeRecorder, which writes them in
+batches, and the rows stay out of every later pass until their outcome is on disk. So a delivery whose
+outcome cannot be written (disk full) is never sent again by this process, whatever the disk does; only a
+restart before the write succeeds sends it once more (at-least-once).
 """
 
 from __future__ import annotations
@@ -24,8 +32,11 @@ from inferwatch.notifier.channels import DIGEST_KINDS, default_rate
 from inferwatch.notifier.channels.base import Channel, DeliveryResult
 from inferwatch.notifier.metrics import NotifierMetrics
 from inferwatch.notifier.model import Notification
-from inferwatch.notifier.outbox import Delivery, Outbox
+from inferwatch.notifier.outbox import Delivery, Outbox, Outcome
 from inferwatch.notifier.ratelimit import RateLimiter
+from inferwatch.notifier.ratelog import ConditionLog
+from inferwatch.notifier.recorder import OutcomeRecorder
+from inferwatch.notifier.senders import make_sender
 from inferwatch.spec import Spec
 
 log = logging.getLogger(__name__)
@@ -34,6 +45,12 @@ MAX_DIGEST_ROWS = 10_000   # one digest covers at most this many notifications; 
 # Chat channels send one message per group while the backlog drains within this many seconds at the
 # destination's rate; beyond it, everything pending goes out as one digest so nothing waits longer.
 COALESCE_BACKLOG_S = 30.0
+COALESCE_SELF_S = 0.5      # ... or when sending the backlog one group at a time would take longer than this
+# Sends in flight per channel: a slow answer (a provider's 200-300 ms, a loaded machine) must not make every
+# other group wait. Messages of one group are never in flight together, so they arrive in order. Phone
+# channels send one message per group (no digest), so in a storm they need more in flight than chat ones.
+MAX_IN_FLIGHT = {"chat": 4, "phone": 16}
+SEND_TIME_EWMA = 0.2       # weight of the newest send in the running average of a channel's send time
 IDLE_POLL_S = 1.0          # re-check the outbox at least this often (rows may be added by `outbox retry`)
 
 
@@ -65,9 +82,21 @@ class DeliveryWorker:
         self._threads: list[threading.Thread] = []
         self._enrich_pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="enrich")
         self._enrichers: dict[str, Callable] = {}
+        self.recorder = OutcomeRecorder(outbox, metrics, on_written=self.wake)
+        self._send_s: dict[str, float] = {}  # running average of each channel's send time (seconds)
+        self._errors = ConditionLog(log)
+        self.sender = make_sender(spec, channels)
+        self._room = {name: MAX_IN_FLIGHT["chat" if ch.kind in DIGEST_KINDS else "phone"]
+                      for name, ch in channels.items()}
+        self._pools = {name: concurrent.futures.ThreadPoolExecutor(self._room[name], thread_name_prefix=f"send-{name}")
+                       for name in channels}
+        self._lock = threading.Lock()
+        self._in_flight: dict[str, dict[int, str]] = {name: {} for name in channels}  # row id -> group key
+        self._sends: dict[str, int] = {name: 0 for name in channels}  # sends in flight
 
     # ------------------------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        self.recorder.start()
         for name in self.channels:
             t = threading.Thread(target=self._run, args=(name,), name=f"deliver-{name}", daemon=True)
             t.start()
@@ -79,6 +108,10 @@ class DeliveryWorker:
             ev.set()
         for t in self._threads:
             t.join(timeout)
+        for pool in self._pools.values():
+            pool.shutdown(wait=True)
+        self.sender.close()
+        self.recorder.stop(timeout)
         self._enrich_pool.shutdown(wait=False, cancel_futures=True)
 
     def wake(self, channel: str | None = None) -> None:
@@ -92,7 +125,7 @@ class DeliveryWorker:
             try:
                 delay = self.step(name)
             except Exception:  # never let one bad pass kill the channel's thread
-                log.exception("delivery pass for channel %s failed", name)
+                self._errors.log(name, logging.ERROR, "delivery pass for channel %s failed", name, exc_info=True)
                 delay = IDLE_POLL_S
             if delay > 0:
                 self._wake[name].wait(min(delay, IDLE_POLL_S))
@@ -100,26 +133,65 @@ class DeliveryWorker:
         self.outbox.close()
 
     def step(self, name: str) -> float:
-        """One pass for channel `name`: send at most one message. Returns seconds to wait before the next."""
+        """One pass for channel `name`: start what is due, as far as there is room in flight (a chat channel:
+        one message, one group or a digest; a phone channel: one message per group). Returns seconds to wait
+        before the next pass."""
         now = self.clock()
-        rows = self.outbox.due(name, now, MAX_DIGEST_ROWS)
+        with self._lock:
+            room = self._room[name] - self._sends[name]
+            flying = dict(self._in_flight[name])
+        if room <= 0:
+            return IDLE_POLL_S  # a finished send wakes this thread
+        busy_groups = set(flying.values())
+        exclude = self.recorder.held(name, now) | flying.keys()
+        channel = self.channels[name]
+        rows = [r for r in self.outbox.due(name, now, 2 * self._room[name], exclude=exclude)
+                if r.group_key not in busy_groups]
         if not rows:
             nxt = self.outbox.next_due(name)
-            return IDLE_POLL_S if nxt is None else max(0.0, nxt - now)
-        rows = self._expire(name, rows, now)
-        if not rows:
-            return 0.0
-        wait = self.limiters[name].wait_time(now)
-        if wait > 0:
-            return wait
-        channel = self.channels[name]
-        if channel.kind in DIGEST_KINDS:
-            backlog_s = len(rows) * self.limiters[name].spacing_s
-            batch = rows if backlog_s > COALESCE_BACKLOG_S else rows[:1]
-        else:
-            batch = [self._supersede(name, rows, now)]
-        self._deliver(name, channel, batch)
+            # Rows due but held or in flight wait for the recorder or the send, which wake this thread.
+            return IDLE_POLL_S if nxt is None or nxt <= now else nxt - now
+        if channel.kind not in DIGEST_KINDS:
+            batches = [[r] for r in self._supersede(name, rows, now)][:room]
+        elif self._backlog_long(name, now, exclude):
+            batches = [[r for r in self.outbox.due(name, now, MAX_DIGEST_ROWS, exclude=exclude)
+                        if r.group_key not in busy_groups]]
+        else:  # one group per message, several groups in flight, never two messages of one group
+            firsts = {}
+            for r in rows:
+                firsts.setdefault(r.group_key, r)
+            batches = [[r] for r in firsts.values()][:room]
+        for batch in batches:
+            batch = self._expire(name, batch, now)
+            if not batch:
+                continue
+            wait = self.limiters[name].wait_time(now)
+            if wait > 0:
+                return wait
+            self._start(name, channel, batch, now)
         return 0.0
+
+    def _start(self, name: str, channel: Channel, rows: list[Delivery], now: float) -> None:
+        """Hand one message (for `rows`) to the channel's senders."""
+        messages = self.outbox.messages(sorted({r.message_id for r in rows}))
+        notification = Notification(channel=name, groups=[messages[r.message_id] for r in rows],
+                                    ids=[r.id for r in rows], escalated=all(r.kind == "escalation" for r in rows))
+        with self._lock:
+            self._sends[name] += 1
+            self._in_flight[name].update((r.id, r.group_key) for r in rows)
+        self.limiters[name].record(now)  # counted when it starts, so the next pass keeps the spacing
+        self._pools[name].submit(self._deliver, name, channel, rows, notification)
+
+    def _backlog_long(self, name: str, now: float, held) -> bool:
+        """Would sending what is due one group at a time take too long (see COALESCE_BACKLOG_S/_SELF_S)?
+        Counts at most as many rows as decide it, so the check stays cheap under any backlog."""
+        per_row_s = max(self.limiters[name].spacing_s, 1e-6)
+        rows_allowed = COALESCE_BACKLOG_S / per_row_s
+        send_s = self._send_s.get(name)
+        if send_s:
+            rows_allowed = min(rows_allowed, COALESCE_SELF_S / send_s)
+        limit = int(rows_allowed) + 1
+        return self.outbox.count_due(name, now, limit + len(held)) - len(held) >= limit
 
     def _expire(self, name: str, rows: list[Delivery], now: float) -> list[Delivery]:
         max_age = self.spec.notifier.max_delivery_age.seconds
@@ -128,20 +200,37 @@ class DeliveryWorker:
             self._dead(name, old, "max_age", f"still failing after {max_age:.0f}s: {old[0].last_error}", now)
         return [r for r in rows if r not in old]
 
-    def _supersede(self, name: str, rows: list[Delivery], now: float) -> Delivery:
-        """The first due row, after rows of the same group and kind that a newer row replaces are dropped."""
-        first = rows[0]
-        same = [r for r in rows if r.group_key == first.group_key and r.kind == first.kind]
-        if len(same) > 1:
-            older = same[:-1]
-            self.outbox.finish([r.id for r in older], "superseded", now, "superseded", f"by delivery {same[-1].id}")
+    def _supersede(self, name: str, rows: list[Delivery], now: float) -> list[Delivery]:
+        """Phone channels: of `rows` (oldest first), the newest per group and kind; the older ones, which it
+        replaces (PagerDuty keeps one incident per dedup key), are finished as superseded."""
+        newest: dict[tuple[str, str], Delivery] = {}
+        older: list[Delivery] = []
+        for r in rows:
+            key = (r.group_key, r.kind)
+            if key in newest:
+                older.append(newest[key])
+            newest[key] = r
+        for r in older:
+            self.recorder.put(name, Outcome.finished([r.id], "superseded", now, "superseded",
+                                                     f"by delivery {newest[(r.group_key, r.kind)].id}"))
+        if older:
             self.metrics.notifications.labels(name, "superseded").inc(len(older))
-        return same[-1]
+        return sorted(newest.values(), key=lambda r: r.id)
 
-    def _deliver(self, name: str, channel: Channel, rows: list[Delivery]) -> None:
-        messages = self.outbox.messages(sorted({r.message_id for r in rows}))
-        notification = Notification(channel=name, groups=[messages[r.message_id] for r in rows],
-                                    ids=[r.id for r in rows], escalated=all(r.kind == "escalation" for r in rows))
+    def _deliver(self, name: str, channel: Channel, rows: list[Delivery], notification: Notification) -> None:
+        """Send `notification` (one of the channel's sends in flight) and hand the outcome to the recorder."""
+        try:
+            self._send_and_record(name, channel, rows, notification)
+        except Exception:  # never lose the rows: they stay pending and are sent again
+            self._errors.log(f"{name}:send", logging.ERROR, "delivery to %s failed unexpectedly", name, exc_info=True)
+        finally:
+            with self._lock:
+                self._sends[name] -= 1
+                for r in rows:
+                    self._in_flight[name].pop(r.id, None)
+            self._wake[name].set()
+
+    def _send_and_record(self, name: str, channel: Channel, rows: list[Delivery], notification: Notification) -> None:
         if len(rows) == 1:
             notification.enrichment = self._enrich(rows[0].route, notification)
         limiter = self.limiters[name]
@@ -150,13 +239,15 @@ class DeliveryWorker:
             # The provider measured differently from us: one resend at half the budget, right away.
             limiter.wait_time(self.clock())
             notification.budget_factor = 0.5
+            limiter.record(self.clock())
             result = self._send(name, channel, notification)
         now = self.clock()
         ids = [r.id for r in rows]
         if result.ok:
-            self.outbox.finish(ids, "delivered", now)
+            self.recorder.put(name, Outcome.finished(ids, "delivered", now))
             self.metrics.notifications.labels(name, "delivered").inc(len(rows))
-            log.info("delivered %d notification(s) (%d alerts) to %s", len(rows), notification.alert_count(), name)
+            # DEBUG: a storm delivers hundreds a second (counted in notifications_total); failures are WARNING.
+            log.debug("delivered %d notification(s) (%d alerts) to %s", len(rows), notification.alert_count(), name)
         elif result.retryable:
             if result.reason == "rate_limited":
                 limiter.block(now, result.retry_after or 60.0)
@@ -165,7 +256,7 @@ class DeliveryWorker:
             for r in rows:
                 delay = backoff_delay(r.attempts, s.retry_initial.seconds, s.retry_max.seconds, self.rng)
                 schedule.append((r.id, now + max(delay, result.retry_after or 0.0)))
-            self.outbox.reschedule(schedule, result.reason, result.detail)
+            self.recorder.put(name, Outcome.retry(schedule, result.reason, result.detail))
             self.metrics.notifications.labels(name, "retried").inc(len(rows))
             log.warning("delivery to %s failed (%s: %s); %d notification(s) will be retried",
                         name, result.reason, result.detail, len(rows))
@@ -173,20 +264,22 @@ class DeliveryWorker:
             self._dead(name, rows, result.reason, result.detail, now)
 
     def _send(self, name: str, channel: Channel, n: Notification) -> DeliveryResult:
-        self.limiters[name].record(self.clock())
         t0 = time.perf_counter()
         try:
-            result = channel.send(n)
+            result = self.sender.send(name, n)
         except Exception as exc:  # a bug in a channel must not lose the notification: retry it
             log.exception("channel %s raised", name)
             result = DeliveryResult.fail("provider_error", f"channel raised {type(exc).__name__}", retryable=True)
-        self.metrics.latency.labels(name).observe(time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        self.metrics.latency.labels(name).observe(took)
+        last = self._send_s.get(name)
+        self._send_s[name] = took if last is None else last + SEND_TIME_EWMA * (took - last)
         if not result.ok:  # the channel logged it; every failed send is counted, resent at once or not
             self.metrics.send_errors.labels(name, result.reason).inc()
         return result
 
     def _dead(self, name: str, rows: list[Delivery], reason: str, detail: str, now: float) -> None:
-        self.outbox.finish([r.id for r in rows], "dead", now, reason, detail)
+        self.recorder.put(name, Outcome.finished([r.id for r in rows], "dead", now, reason, detail))
         self.metrics.notifications.labels(name, "dead_lettered").inc(len(rows))
         self.metrics.dead_letters.labels(name, reason).inc(len(rows))
         log.error("dead-lettered %d notification(s) for %s (%s: %s); replay with `inferwatch notifier outbox "

@@ -174,6 +174,12 @@ ALERTS: dict[str, AlertInfo] = {
         extra=("component", "signal")),
     "NotifierDeadLetters": _info(
         "L1", _C, "The notifier gave up on notifications.", ("node", "channel", "reason"), extra=("component",)),
+    "NotifierUnroutedAlerts": _info(
+        "L1", _W, "The notifier received alerts that no route matched.", ("node",), extra=("component",)),
+    "NotifierOutboxUnwritable": _info(
+        "L1", _C, "The notifier cannot write its outbox.", SCRAPE, extra=("component",)),
+    "NotifierWebhooksRefused": _info(
+        "L1", _W, "The notifier refused webhooks.", ("node", "outcome"), extra=("component",)),
     "NotifierDown": _info("L1", _C, "The notifier cannot be scraped.", SCRAPE, ("job",), extra=("component",)),
 }
 

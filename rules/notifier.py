@@ -1,9 +1,10 @@
 """Notifier self-alerts: layer L1 (they page) and label `component: notifier`, which Alertmanager routes to a
 fallback receiver that does not go through the notifier (a broken notifier cannot report itself).
 
-Metrics (CONVENTIONS.md, notifier/metrics.py): inferwatch_notifier_notifications_total{channel,outcome} with
-outcome delivered|retried|dead_lettered|superseded|cancelled, inferwatch_notifier_dead_letters_total{channel,
-reason}, inferwatch_notifier_oldest_pending_age_seconds.
+Metrics (notifier/metrics.py): inferwatch_notifier_notifications_total{channel,outcome} with outcome
+delivered|retried|dead_lettered|superseded|cancelled, inferwatch_notifier_dead_letters_total{channel,reason},
+inferwatch_notifier_oldest_pending_age_seconds, inferwatch_notifier_unrouted_total,
+inferwatch_notifier_outbox_writable, inferwatch_notifier_webhooks_total{outcome}.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ LABELS = {"component": "notifier"}
 # a success nor a failure of the provider.
 ATTEMPTS = 'outcome=~"delivered|retried|dead_lettered"'
 FAILED = 'outcome=~"retried|dead_lettered"'
+# Webhook answers Alertmanager does not retry (4xx): each one is a notification nobody will receive.
+REFUSED = 'outcome=~"unauthorized|too_large|malformed|wrong_endpoint"'
 
 
 def groups(spec: Spec) -> list[Group]:
@@ -48,6 +51,27 @@ def groups(spec: Spec) -> list[Group]:
               f"The notifier on node {{{{ $labels.node }}}} gave up on notifications to channel "
               f"{{{{ $labels.channel }}}} ({{{{ $labels.reason }}}}) in the last {window}: nobody received them; "
               f"read them from the outbox's dead letters.",
+              labels=dict(LABELS)),
+        # An unrouted alert reached a catch-all (or a dead letter), not the people who own it: a routing gap.
+        Alert("NotifierUnroutedAlerts",
+              f"sum by (node) (increase(inferwatch_notifier_unrouted_total[{window}])) > 0",
+              Duration(0), "warning",
+              f"The notifier on node {{{{ $labels.node }}}} received {{{{ $value | humanize }}}} notification(s) "
+              f"in the last {window} that no route matched: they went to the catch-all "
+              f"(notifier.unrouted_receivers) or were kept as dead letters, not to their owners. Add a route.",
+              labels=dict(LABELS)),
+        # The outbox cannot be written (disk full, I/O errors): intake answers 503 (Alertmanager retries, then
+        # gives up) and delivery outcomes are held in memory.
+        Alert("NotifierOutboxUnwritable", "inferwatch_notifier_outbox_writable == 0", n.down_for, "critical",
+              "The notifier on node {{ $labels.node }} cannot write its outbox (disk full or failing): it "
+              "refuses new alerts with 503 until it can, and /-/ready fails.",
+              labels=dict(LABELS)),
+        Alert("NotifierWebhooksRefused",
+              f"sum by (node, outcome) (increase(inferwatch_notifier_webhooks_total{{{REFUSED}}}[{window}])) > 0",
+              Duration(0), "warning",
+              f"The notifier on node {{{{ $labels.node }}}} refused {{{{ $value | humanize }}}} webhook(s) "
+              f"({{{{ $labels.outcome }}}}) in the last {window}: Alertmanager does not retry a 4xx, so those "
+              f"notifications are lost; its log names the reason.",
               labels=dict(LABELS)),
         exporter_down("NotifierDown", JOB, for_=n.down_for, severity="critical", what="the notifier",
                       has_targets=True, labels=LABELS),

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import requests
+
+from inferwatch.testing.channels import ProviderSimulators
+from inferwatch.testing.process import free_port, http_ok
 import pytest
 
 from inferwatch.notifier.channels import build_channel
@@ -22,7 +29,9 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def spec_data(sims: ProviderSimulators, **notifier) -> dict:
     """Spec data: L1 → PagerDuty + voice, L2 → Slack (escalating to PagerDuty), L3 → WeCom; the model
     `owned` also goes to a second WeCom robot (a model owners' group)."""
-    settings = {"bearer_token": TOKEN, "retry_initial": "200ms", "retry_max": "1s"}
+    # send_processes 0: sends in the service's threads, so the many in-process services of the tests start no
+    # process pools; the pool has its own tests (test_notifier_send_processes, the secrets test, the benchmark).
+    settings = {"bearer_token": TOKEN, "retry_initial": "200ms", "retry_max": "1s", "send_processes": 0}
     settings.update(notifier)
     return {
         "channels": {
@@ -85,6 +94,37 @@ def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+@contextlib.contextmanager
+def notifier_process(spec_file: Path, data_dir: Path, stderr_path: Path, *, verbose: bool = False,
+                     env: dict | None = None, preexec_fn=None, stdout_path: Path | None = None):
+    """The real `inferwatch notifier` CLI on a free loopback port; yields (process, base URL) once it answers
+    /-/healthy, and stops it (SIGTERM, then SIGKILL) when the block ends. stderr (and stdout, when
+    `stdout_path` is given) go to files."""
+    port = free_port()
+    argv = [sys.executable, "-m", "inferwatch.cli", *(["-v"] if verbose else []), "notifier", "--spec",
+            str(spec_file), "--port", str(port), "--data-dir", str(data_dir)]
+    stdout = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=open(stderr_path, "wb"), env=env, preexec_fn=preexec_fn)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: http_ok(url + "/-/healthy") or proc.poll() is not None, what="notifier start")
+        assert proc.poll() is None, stderr_path.read_text()
+        yield proc, url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(15)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def metric(url: str, series: str) -> float:
+    """The value of one series (name with its labels, as exposed) on `url`/metrics."""
+    for line in requests.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no series {series}")
 # -------------------------------------------------- channel classes against shared simulators (import both)
 def simulators():
     """Body of a module's `sims` fixture: provider simulators its tests share (import `reset_sims` too)."""

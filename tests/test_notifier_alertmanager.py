@@ -43,6 +43,10 @@ def test_amtool_check_config_accepts_it():
     (["alertname=LlmTtftP95High", "layer=L3", "severity=warning", "tenant=acme"], "notifier-l3"),
     (["alertname=NotifierDown", "layer=L1", "severity=critical", "component=notifier"], "notifier-fallback"),
     (["alertname=NotifierDeadLetters", "layer=L1", "component=notifier"], "notifier-fallback"),
+    # The self-alerts about intake and routing must not depend on the notifier's own routing either.
+    (["alertname=NotifierUnroutedAlerts", "layer=L1", "severity=warning", "component=notifier"], "notifier-fallback"),
+    (["alertname=NotifierOutboxUnwritable", "layer=L1", "component=notifier"], "notifier-fallback"),
+    (["alertname=NotifierWebhooksRefused", "layer=L1", "severity=warning", "component=notifier"], "notifier-fallback"),
     (["alertname=SomethingElse"], "notifier-default"),
 ])
 def test_amtool_routes_test(labels, receiver):

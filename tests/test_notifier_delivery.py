@@ -4,6 +4,7 @@ every alert accounted for; a SIGKILLed notifier delivers what was pending after 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import signal
 import subprocess
@@ -183,3 +184,24 @@ def test_sigkill_mid_delivery_loses_nothing(sims, tmp_path):
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_phone_gets_only_the_newest_state_of_a_group_after_an_outage(sims, tmp_path):
+    """PagerDuty keeps one incident per dedup key: states queued during an outage are superseded by the
+    newest, which is the only one sent; every other group still gets its own event."""
+    svc = start(sims, tmp_path, retry_initial="300ms", retry_max="300ms")
+    try:
+        sims.pagerduty.set_mode("down")
+        post(svc, webhook("GpuLost", "L1", group="flap"))
+        wait_for(lambda: sims.pagerduty.attempts >= 1, what="the first failed attempt")
+        post(svc, webhook("GpuLost", "L1", group="flap", status="resolved"))
+        post(svc, webhook("GpuXidCritical", "L1", group="other"))
+        sims.pagerduty.set_mode("ok")
+        wait_for(lambda: svc.outbox.counts()["pending"] == 0, what="the backlog to drain")
+        flap_key = hashlib.sha256(b"flap").hexdigest()  # PagerDuty dedup_key: sha256 of the group key
+        flap = [r.body["event_action"] for r in sims.pagerduty.received if r.body.get("dedup_key") == flap_key]
+        assert flap == ["resolve"]
+        assert any("GpuXidCritical" in t for t in sims.pagerduty.texts())
+        assert svc.outbox.counts()["superseded"] == 1
+    finally:
+        svc.stop()

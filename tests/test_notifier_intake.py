@@ -5,6 +5,7 @@ escalation, and the `routes test` / `outbox` commands."""
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 import requests
@@ -83,7 +84,7 @@ def test_body_over_the_limit_gets_413(service):
     (json.dumps({**webhook(), "alerts": []}).encode(), "alerts"),
     (json.dumps({**webhook(), "status": "burning"}).encode(), "status"),
     (json.dumps({**webhook(), "groupKey": 7}).encode(), "groupKey"),
-    (json.dumps({**webhook(), "alerts": [{"status": "firing", "labels": {"x": "y"}}]}).encode(), "alertname"),
+    (json.dumps({**webhook(), "alerts": [{"status": "firing", "labels": None}]}).encode(), "alerts[0].labels"),
     (json.dumps({**webhook(), "alerts": [{"status": "firing", "labels": {"alertname": 1}}]}).encode(),
      "alerts[0].labels.alertname"),
     (b"\xff\xfe", "not JSON"), (b"[" * 100_00 + b"]" * 100_00, "JSON"),
@@ -147,13 +148,23 @@ def test_fuzzed_bytes_get_400(service, raw):
     assert post(service, None, raw=raw).status_code == 400
 
 
-def test_outbox_failure_answers_503_so_alertmanager_retries(service, monkeypatch):
-    def broken(*a, **k):
-        raise OutboxError("outbox write failed: disk I/O error")
+def test_outbox_failure_answers_503_so_alertmanager_retries_and_ready_follows(service, monkeypatch):
+    def broken(*a, **k):  # every write transaction fails as SQLite's does on a failing disk
+        raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(service.outbox, "accept", broken)
+    assert requests.get(service.url + "/-/ready").status_code == 200
+    monkeypatch.setattr(service.outbox, "_tx", broken)
     r = post(service, webhook())
     assert r.status_code == 503
+    ready = requests.get(service.url + "/-/ready")
+    assert ready.status_code == 503 and "disk I/O error" in ready.text
+    text = requests.get(service.url + "/metrics").text
+    assert "inferwatch_notifier_outbox_writable 0.0" in text
+    assert 'inferwatch_notifier_outbox_write_errors_total{operation="intake"} 1.0' in text
+    assert 'inferwatch_notifier_webhooks_total{outcome="unavailable"} 1.0' in text
+    monkeypatch.undo()
+    wait_for(lambda: requests.get(service.url + "/-/ready").status_code == 200, what="ready after a good probe")
+    assert post(service, webhook()).status_code == 200
 
 
 def test_unwritable_outbox_is_reported_as_outbox_error(tmp_path):
@@ -249,3 +260,20 @@ def test_dead_letter_is_listed_and_replayed_by_the_outbox_command(service, sims,
     wait_for(lambda: service.outbox.get(dead.id).state == "delivered", what="the replayed delivery")
     assert "TritonCanaryRegression" in sims.slack.received[-1].text
     assert main(["notifier", "outbox", "retry", "999999", "--data-dir", data_dir, "--spec", spec]) == 2
+
+
+def test_metrics_are_served_by_prometheus_client_with_negotiation_and_gzip(service):
+    import gzip
+
+    plain = requests.get(service.url + "/metrics", headers={"Accept-Encoding": "identity"})
+    assert plain.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "inferwatch_notifier_outbox_writable 1.0" in plain.text
+    om = requests.get(service.url + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0",
+                                                        "Accept-Encoding": "identity"})
+    assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert om.text.rstrip().endswith("# EOF")
+    raw = requests.get(service.url + "/metrics", headers={"Accept-Encoding": "gzip"}, stream=True).raw
+    assert raw.headers["Content-Encoding"] == "gzip"
+    assert b"inferwatch_notifier_outbox_writable" in gzip.decompress(raw.read(decode_content=False))
+    only = requests.get(service.url + "/metrics?name[]=inferwatch_notifier_outbox_depth").text
+    assert "inferwatch_notifier_outbox_depth" in only and "inferwatch_notifier_webhooks_total" not in only

@@ -99,6 +99,11 @@ CONDITION = {
                                      {"dead_letters_recent": 1}, {"dead_letters_recent": 0}),
     "NotifierDown": Condition({"instance": "127.0.0.1:9410"}, {"notifier_up": 0, "targets_in_job": 1},
                               {"notifier_up": 1, "targets_in_job": 1}),
+    "NotifierUnroutedAlerts": Condition({"node": "node-a"}, {"unrouted_recent": 2}, {"unrouted_recent": 0}),
+    "NotifierOutboxUnwritable": Condition({"job": "inferwatch-notifier", "instance": "n:9410", "node": "node-a"},
+                                          {"outbox_writable": 0}, {"outbox_writable": 1}),
+    "NotifierWebhooksRefused": Condition({"node": "node-a", "outcome": "unauthorized"}, {"refused_recent": 2},
+                                         {"refused_recent": 0}),
 }
 
 F = FindingCase
@@ -285,6 +290,16 @@ FINDINGS = {
     ("NotifierDown", "no-targets"): F({"targets_in_job": None, "notifier_up": None}, {"targets_in_job": 1}),
     ("NotifierDown", "notifier-down"): F({"alertmanager_webhook_failures": 0.2}, {"alertmanager_webhook_failures": 0}),
     ("NotifierDown", "notifier-unreachable"): F({}, {"notifier_up": 1, "targets_in_job": 1}),
+    ("NotifierUnroutedAlerts", "unrouted-dead-letters"): F({"unrouted_dead_letters_1h": 1},
+                                                           {"unrouted_dead_letters_1h": 0}),
+    ("NotifierUnroutedAlerts", "routing-gap"): F({}, {"unrouted_recent": 0}),
+    ("NotifierOutboxUnwritable", "outbox-unwritable-refusing"): F({"intake_refused_503": 3}, {"intake_refused_503": 0}),
+    ("NotifierOutboxUnwritable", "outbox-unwritable"): F({}, {"outbox_writable": 1}),
+    ("NotifierWebhooksRefused", "token-mismatch"): F({"refused_unauthorized": 2, "alertmanager_webhook_failures": 2},
+                                                     {"refused_unauthorized": 0}),
+    ("NotifierWebhooksRefused", "body-too-large"): F({"refused_too_large": 1}, {"refused_too_large": 0}),
+    ("NotifierWebhooksRefused", "foreign-sender"): F({"refused_other": 3, "alertmanager_webhook_failures": 0},
+                                                     {"refused_other": 0}),
 }
 
 # Findings that are about absence itself: (alert, cause) -> the value whose absence they report (True: the
