@@ -12,7 +12,6 @@ from inferwatch.rules.builders import exporter_down, num
 from inferwatch.rules.model import Alert, Group
 from inferwatch.spec import Duration, Spec
 
-JOB = "inferwatch-notifier"
 LABELS = {"component": "notifier"}
 # superseded (a newer state of the same alert replaced it) and cancelled (resolved before sending) are neither
 # a success nor a failure of the provider.
@@ -23,11 +22,12 @@ FAILED = 'outcome=~"retried|dead_lettered"'
 def groups(spec: Spec) -> list[Group]:
     n = spec.layers.notifier
     window = str(spec.prometheus.rate_window)
+    notifier = spec.selectors.of("notifier")
     keep = "node, channel"
-    sent = f"sum by ({keep}) (rate(inferwatch_notifier_notifications_total{{{ATTEMPTS}}}[{window}]))"
+    sent = f"sum by ({keep}) (rate({notifier('inferwatch_notifier_notifications_total', ATTEMPTS)}[{window}]))"
     alerts = [
         Alert("NotifierDeliveryFailing",
-              f"sum by ({keep}) (rate(inferwatch_notifier_notifications_total{{{FAILED}}}[{window}]))\n"
+              f"sum by ({keep}) (rate({notifier('inferwatch_notifier_notifications_total', FAILED)}[{window}]))\n"
               f"/ on ({keep})\n{sent}\n> {num(n.delivery_failure_ratio)}\n"
               f"and on ({keep})\n{sent} > {num(n.min_attempt_rate)}",
               n.for_, "critical",
@@ -36,20 +36,20 @@ def groups(spec: Spec) -> list[Group]:
               f"routes are late or lost.",
               labels={**LABELS, "signal": "failure_ratio"}),
         Alert("NotifierDeliveryFailing",
-              f"inferwatch_notifier_oldest_pending_age_seconds > {num(n.oldest_pending_seconds)}",
+              f"{notifier('inferwatch_notifier_oldest_pending_age_seconds')} > {num(n.oldest_pending_seconds)}",
               n.for_, "critical",
               "The notifier on node {{ $labels.node }} has a notification waiting for "
               "{{ $value | humanizeDuration }}: deliveries are stuck.",
               labels={**LABELS, "signal": "stuck"}),
         # A dead letter is a notification nobody received: page on the first one.
         Alert("NotifierDeadLetters",
-              f"sum by ({keep}, reason) (increase(inferwatch_notifier_dead_letters_total[{window}])) > 0",
+              f"sum by ({keep}, reason) (increase({notifier('inferwatch_notifier_dead_letters_total')}[{window}])) > 0",
               Duration(0), "critical",
               f"The notifier on node {{{{ $labels.node }}}} gave up on notifications to channel "
               f"{{{{ $labels.channel }}}} ({{{{ $labels.reason }}}}) in the last {window}: nobody received them; "
               f"read them from the outbox's dead letters.",
               labels=dict(LABELS)),
-        exporter_down("NotifierDown", JOB, for_=n.down_for, severity="critical", what="the notifier",
+        exporter_down("NotifierDown", notifier, for_=n.down_for, severity="critical", what="the notifier",
                       has_targets=True, labels=LABELS),
     ]
     return [Group("inferwatch-notifier.alerts", alerts)]
