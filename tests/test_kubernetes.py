@@ -21,7 +21,7 @@ import yaml
 from inferwatch.cli import build_parser
 from inferwatch.dashboards.generate import outputs as dashboard_outputs
 from inferwatch.kubernetes import generate as kgen
-from inferwatch.kubernetes.specfile import cluster_spec
+from inferwatch.kubernetes.specfile import SPEC_PATH, cluster_spec
 from inferwatch.notifier import alertmanager_config
 from inferwatch.rules.promconfig import prometheus_config
 from inferwatch.spec import load_spec, spec_from_dict
@@ -359,6 +359,7 @@ def test_every_container_command_parses(objects):
         args = parser.parse_args(pod["containers"][0]["args"])
         assert getattr(args, "func", None), name
         assert args.host == "0.0.0.0", name  # reachable by Prometheus and the Service, not only loopback
+        assert args.spec == SPEC_PATH, name  # every service reads the mounted cluster spec (XIDs, tenants, routes)
 
 
 # ----------------------------------------------------------------------------------------- the spec
