@@ -18,7 +18,7 @@ import functools
 import re
 from typing import Mapping
 
-__all__ = ["SOURCES", "DEFAULT_JOBS", "Matcher", "Selector", "SelectorError", "parse", "default_selector",
+__all__ = ["SOURCES", "DEFAULT_JOBS", "METRIC_PREFIXES", "SCRAPE_SERIES", "source_of", "Matcher", "Selector", "SelectorError", "parse", "default_selector",
            "go_string"]
 
 # source -> what it is (spec field names and docs).
@@ -37,6 +37,16 @@ DEFAULT_JOBS = {
     "gateway": "inferwatch-gateway",
     "notifier": "inferwatch-notifier",
 }
+# source -> name prefixes of the series it exposes (dcgm-exporter's DCGM_FI_*/DCGM_EXP_* included).
+METRIC_PREFIXES = {
+    "gpu": ("DCGM_", "inferwatch_gpu_"),
+    "triton": ("nv_",),
+    "triton_collector": ("inferwatch_triton_",),
+    "gateway": ("gateway_",),
+    "notifier": ("inferwatch_notifier_",),
+}
+# Series Prometheus writes for every target (`up`, `scrape_duration_seconds` ...): any source's selector.
+SCRAPE_SERIES = ("up", "scrape_")
 OPS = ("=~", "!~", "!=", "=")  # longest first: `=~` before `=`
 
 _NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -47,6 +57,12 @@ _SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "
 
 class SelectorError(ValueError):
     """A selector text that is not a PromQL matcher list; the message says where and what was expected."""
+
+
+def source_of(metric: str) -> str | None:
+    """The source whose series `metric` is (by name prefix), or None for a recorded series, Prometheus' own
+    (`up`, `scrape_*`, `ALERTS`) or an unknown name."""
+    return next((source for source, prefixes in METRIC_PREFIXES.items() if metric.startswith(prefixes)), None)
 
 
 def default_selector(source: str) -> str:
