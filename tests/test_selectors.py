@@ -8,7 +8,6 @@ own parser)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import promql_parser as pp
 import pytest
@@ -22,29 +21,13 @@ from inferwatch.spec import Spec, SpecError, spec_from_dict
 from inferwatch.triage.engine import triage_alert
 from inferwatch.triage.evidence import load_runbooks
 from inferwatch.triage.sources import QueryResult
+from selector_support import OPERATOR, spec_with
 
-REPO = Path(__file__).resolve().parents[1]
-# As the Prometheus Operator labels series: a PodMonitor's job is <namespace>/<name>; a ServiceMonitor's
-# targets carry namespace and service (the GPU Operator's dcgm-exporter, the issue's two examples first).
-OPERATOR = {
-    "gpu": 'job="gpu-operator/nvidia-dcgm-exporter"',
-    "triton": 'namespace="triton", service="triton-metrics"',
-    "triton_collector": 'namespace="monitoring", service="inferwatch-triton-collector"',
-    "gateway": 'namespace="monitoring", service="inferwatch-gateway"',
-    "notifier": 'namespace="monitoring", service="inferwatch-notifier"',
-}
 SELECTOR_SETS = {"default": None, "operator": OPERATOR}
 _OPS = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
 # Alertmanager's and Prometheus' own series (the NotifierDown page reads Alertmanager's webhook failures):
 # scraped under whatever job a site gives them, not a source inferwatch selects.
 MONITORING_SELF = ("alertmanager_", "prometheus_")
-
-
-def spec_with(selectors: dict | None) -> Spec:
-    raw = yaml.safe_load((REPO / "inferwatch.yaml").read_text())
-    if selectors:
-        raw["selectors"] = dict(selectors)
-    return spec_from_dict(raw)
 
 
 @pytest.fixture(scope="module", params=list(SELECTOR_SETS))
