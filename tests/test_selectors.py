@@ -8,6 +8,8 @@ own parser)."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 
 import promql_parser as pp
 import pytest
@@ -16,6 +18,7 @@ import yaml
 from inferwatch.dashboards.generate import dashboards
 from inferwatch.rules.generate import PROMETHEUS_RULE, RULES_DIR, outputs
 from inferwatch.rules.metricrefs import template_queries
+from inferwatch.rules.promconfig import prometheus_config, scrape_jobs, unmatched_selectors
 from inferwatch.selectors import DEFAULT_JOBS, SCRAPE_SERIES, SOURCES, Matcher, SelectorError, parse, source_of
 from inferwatch.spec import Spec, SpecError, spec_from_dict
 from inferwatch.triage.engine import triage_alert
@@ -237,3 +240,56 @@ def test_with_operator_selectors_no_default_job_is_left():
     defaults = re.compile("|".join(re.escape(f'job="{j}"') for j in DEFAULT_JOBS.values()))
     assert [t for t in texts if defaults.search(t)] == []
     assert any('namespace="triton", service="triton-metrics"' in t for t in texts)
+
+
+# ------------------------------------------------------------------------- what the generators scrape
+def test_the_generated_scrape_config_gives_each_source_what_its_selector_picks(spec, tmp_path):
+    jobs = scrape_jobs(spec)
+    assert {source for source, _job in jobs} == set(SOURCES)
+    for source, job in jobs:
+        for static in job["static_configs"]:
+            labels = {"job": job["job_name"], "instance": static["targets"][0], **static["labels"]}
+            assert spec.selectors.of(source).matches(labels), (source, labels)
+            others = [s for s in SOURCES if s != source and spec.selectors.of(s).matches(labels)]
+            assert others == [], (source, labels)
+    assert unmatched_selectors(spec) == []
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({**prometheus_config(spec), "rule_files": []}))
+    out = subprocess.run([shutil.which("promtool") or "promtool", "check", "config", str(config)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_kubernetes_monitors_write_the_labels_the_selectors_ask_for(spec):
+    from inferwatch.kubernetes.monitoring import monitors
+
+    sources = {"inferwatch-gpu-exporter": "gpu", "inferwatch-triton-server": "triton",
+               "inferwatch-triton-collector": "triton_collector", "inferwatch-gateway": "gateway",
+               "inferwatch-notifier": "notifier"}
+    for monitor in monitors(spec):
+        source = sources[monitor["metadata"]["name"]]
+        endpoints = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
+        for endpoint in endpoints:
+            # The operator applies these after its own target labels: the last write of a label wins.
+            written = {r["targetLabel"]: r["replacement"] for r in endpoint["relabelings"] if r["action"] == "replace"
+                       and "replacement" in r and not r.get("sourceLabels")}
+            assert spec.selectors.of(source).matches(written), (source, written)
+
+
+def test_check_warns_about_a_selector_the_generated_scrape_config_cannot_satisfy(tmp_path, capsys):
+    from inferwatch.cli import main
+
+    path = tmp_path / "spec.yaml"
+    path.write_text("selectors:\n  gpu: 'job=~\"nvidia-dcgm-exporter|dcgm\"'\n"
+                    "  triton: 'namespace=\"triton\", service=\"triton-metrics\"'\n")
+    assert main(["check", "--spec", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert 'warning: selectors.gpu: job=~"nvidia-dcgm-exporter|dcgm" does not pick the generated target' in err
+    assert "selectors.triton" not in err  # `=` matchers are written into the generated scrape config
+
+
+def test_two_sources_given_one_job_are_refused_by_generate():
+    spec = spec_from_dict({"selectors": {"gpu": 'job="shared"', "gateway": 'job="shared", service="gw"'}})
+    with pytest.raises(SpecError) as exc:
+        outputs(spec)
+    assert exc.value.path == "selectors.gateway" and "'shared'" in str(exc.value)
