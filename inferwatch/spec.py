@@ -510,6 +510,9 @@ class KubernetesSettings:
     gpu_runtime_class: str = field("nvidia", doc="RuntimeClass giving the GPU exporter NVML ('' = the node default)")
     pod_resources: bool = field(True, doc="mount the kubelet pod-resources socket (GPU → pod labels); the "
                                           "socket is root's, so the GPU exporter then runs as uid 0")
+    gpu_exporter: bool = field(True, doc="deploy inferwatch's GPU exporter (DaemonSet and PodMonitor); false where "
+                                         "dcgm-exporter (the GPU Operator's) is the GPU source, selectors.gpu "
+                                         "picking its series")
     gateway_max_replicas: int = field(10, doc="autoscaler maximum (minimum: workloads.gateway.replicas)")
     gateway_target_cpu_percent: int = field(70, doc="autoscaler target: average CPU use / request")
     notifier_storage: str = field("1Gi", doc="PersistentVolumeClaim size of each notifier's outbox")

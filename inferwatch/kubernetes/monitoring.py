@@ -89,8 +89,11 @@ def collector_service_monitor(spec: Spec) -> dict:
 
 
 def monitors(spec: Spec) -> list[dict]:
-    return [gpu_pod_monitor(spec), triton_service_monitor(spec), collector_service_monitor(spec),
-            service_monitor(spec, "gateway", "metrics"), service_monitor(spec, "notifier", "http")]
+    """A monitor per source; none for the GPU when inferwatch's GPU exporter is not deployed
+    (`kubernetes.gpu_exporter: false`: dcgm-exporter's own monitor scrapes the GPUs)."""
+    gpu = [gpu_pod_monitor(spec)] if spec.kubernetes.gpu_exporter else []
+    return gpu + [triton_service_monitor(spec), collector_service_monitor(spec),
+                  service_monitor(spec, "gateway", "metrics"), service_monitor(spec, "notifier", "http")]
 
 
 # ---------------------------------------------------------------------------------- AlertmanagerConfig
