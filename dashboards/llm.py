@@ -88,7 +88,8 @@ def build(spec: Spec) -> db.Dashboard:
     board = board.with_panel(timeseries_panel(
         "Output length", "Output tokens per successful request: average and P95 per tier "
         "(gateway_output_tokens). A sudden change explains TTFT-stable latency changes.", "short",
-        [query(f"{_rate(gw, 'gateway_output_tokens_sum', 'tier')}\n/\n{_rate(gw, 'gateway_output_tokens_count', 'tier')}",
+        [query(f"{_rate(gw, 'gateway_output_tokens_sum', 'tier')}\n/\n"
+               f"{_rate(gw, 'gateway_output_tokens_count', 'tier')}",
                "{{tier}} avg"),
          query("histogram_quantile(0.95, sum by (tier, le) (rate("
                f"{gw('gateway_output_tokens_bucket', SEL)}{RATE})))", "{{tier}} p95")], min_val=0))

@@ -129,14 +129,16 @@ def build(spec: Spec) -> db.Dashboard:
         "short",
         [query(f"{_rate(src, 'nv_inference_count')}\n/ on ({BY})\n{_rate(src, 'nv_inference_exec_count')}",
                LEGEND + " achieved"),
-         query(f"max by (triton, model) ({src.collector('inferwatch_triton_model_preferred_batch_size_max', TRITON_MODEL)})",
+         query("max by (triton, model) "
+               f"({src.collector('inferwatch_triton_model_preferred_batch_size_max', TRITON_MODEL)})",
                "{{model}} preferred ({{triton}})")],
         links=runbook_links(spec, ["TritonBatchingIneffective"]), min_val=0))
     board = board.with_panel(timeseries_panel(
         "Executions by batch size", "Model executions per second by the batch size Triton formed "
         "(inferwatch_triton_model_batch_executions_total, from the statistics API).", "ops",
-        [query(f"sum by (model, batch_size) (rate({src.collector('inferwatch_triton_model_batch_executions_total', TRITON_MODEL)}"
-               f"{RATE})) > 0", "{{model}} batch {{batch_size}}")],
+        [query("sum by (model, batch_size) (rate("
+               f"{src.collector('inferwatch_triton_model_batch_executions_total', TRITON_MODEL)}{RATE})) > 0",
+               "{{model}} batch {{batch_size}}")],
         stacked=True, min_val=0))
     board = board.with_row(db.Row("Ensembles, BLS and streaming models"))
     board = board.with_panel(table_panel(

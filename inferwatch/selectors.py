@@ -18,8 +18,8 @@ import functools
 import re
 from typing import Mapping
 
-__all__ = ["SOURCES", "DEFAULT_JOBS", "METRIC_PREFIXES", "SCRAPE_SERIES", "source_of", "Matcher", "Selector", "SelectorError", "parse", "default_selector",
-           "go_string"]
+__all__ = ["SOURCES", "DEFAULT_JOBS", "METRIC_PREFIXES", "SCRAPE_SERIES", "source_of", "Matcher", "Selector",
+           "SelectorError", "parse", "default_selector", "go_string"]
 
 # source -> what it is (spec field names and docs).
 SOURCES = {

@@ -51,7 +51,8 @@ def exporter_down(alert: str, selector: Selector, *, for_: Duration, severity: s
     if has_targets:
         expr += f"\nor\nabsent({up})"
     description = (f"Prometheus cannot scrape {what} {{{{ with $labels.instance }}}}at {{{{ . }}}} {{{{ end }}}}"
-                   f"({_go_template_text(selector.describe())}{{{{ with $labels.node }}}}, node {{{{ . }}}}{{{{ end }}}}): "
+                   f"({_go_template_text(selector.describe())}"
+                   f"{{{{ with $labels.node }}}}, node {{{{ . }}}}{{{{ end }}}}): "
                    f"its alerts cannot fire while it is down.")
     return Alert(alert, expr, for_, severity, description, labels=dict(labels or {}))
 

@@ -59,7 +59,8 @@ def recording_rules(gateway: Selector, window: str) -> list[Recording]:
                   _ratio_or_zero(f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total', ERRORS)}[{window}]))",
                                  REQUESTS, TMT)),
         Recording(CANCELLED,
-                  _ratio_or_zero(f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total', CANCELLED_OUTCOME)}[{window}]))",
+                  _ratio_or_zero(f"sum by ({TMT_BY}) "
+                                 f"(rate({gateway('gateway_requests_total', CANCELLED_OUTCOME)}[{window}]))",
                                  REQUESTS, TMT)),
     ]
     return rules

@@ -221,7 +221,8 @@ def test_per_model_overrides_reach_the_rules():
     triton = {r.alert: r.expr for g in rule_groups(spec)["triton"] for r in g.rules if isinstance(r, Alert)}
     assert '{model="resnet"} > 0.05' in triton["TritonModelErrorRatioHigh"]
     assert '{model!~"resnet"} > 0.01' in triton["TritonModelErrorRatioHigh"]
-    assert 'nv_inference_pending_request_count{job="triton", model="resnet"}) > 7' in triton["TritonPendingRequestsHigh"]
+    pending = 'nv_inference_pending_request_count{job="triton", model="resnet"}) > 7'
+    assert pending in triton["TritonPendingRequestsHigh"]
 
 
 def test_recording_rules_come_before_their_use_in_each_group(spec):

@@ -12,7 +12,6 @@ operator selectors (tests/test_selectors.py OPERATOR)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import yaml
 from inferwatch.rules.generate import RULES_DIR, outputs
 from inferwatch.rules.names import ALERTS, alerts_of_layer
 from selector_support import OPERATOR, spec_with
+from test_rules import promtool
 
 RUNBOOKS = "https://github.com/inferwatch/inferwatch/blob/main/runbooks/"
 DCGM_JOB = "gpu-operator/nvidia-dcgm-exporter"
@@ -44,13 +44,6 @@ DOWN = {"gpu": ("GpuExporterDown", "L1", "critical"), "triton": ("TritonServerDo
 
 def series(name: str, labels: dict) -> str:
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if not path:
-        pytest.fail("promtool not found; install it with: apt-get install -y prometheus (or make test)", pytrace=False)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +136,7 @@ def labels_of(text: str) -> dict:
 
 
 L1 = [a for a in alerts_of_layer("L1") if not a.startswith("Notifier")]
+CRITICAL = {"layer": "L1", "severity": "critical"}
 POD = ("inference", "llm-0", "triton")
 HEALTHY = {  # dcgm-exporter's default fields (etc/default-counters.csv) for one GPU, as a calm H100 reads
     "DCGM_FI_DEV_GPU_TEMP": "44", "DCGM_FI_DEV_MEMORY_TEMP": "52", "DCGM_FI_DEV_POWER_USAGE": "118.5",
@@ -169,18 +163,16 @@ def test_dcgm_exporter_as_it_ships_drives_the_gpu_alerts(rules_dir):
     # a GPU whose target has no `node` is named by its host label instead.
     hot = dcgm("DCGM_FI_DEV_GPU_TEMP", 0, host="hostname", pod=POD)
     hot_b = dcgm("DCGM_FI_DEV_GPU_TEMP", 3, host="hostname", node=None, instance="10.0.0.9:9400")
+    hot_b_alert = expected("GpuTemperatureCritical", {**labels_of(hot_b), **CRITICAL},
+                           "GPU 3 (GPU-0003-aaaa) on node gpu-host-a is at 91 °C (critical above 85 °C).")
     tests.append({"name": "dcgm-exporter: GpuTemperatureCritical with the pod's labels", "interval": "1m",
                   "input_series": [{"series": hot, "values": "70 70 90x10"}, {"series": hot_b, "values": "91x10"},
                                    {"series": series("up", TARGETS["gpu"]), "values": "1x12"}],
                   "alert_rule_test": [
-                      {"eval_time": "3m", "alertname": "GpuTemperatureCritical", "exp_alerts": [
-                          expected("GpuTemperatureCritical", {**labels_of(hot_b), "layer": "L1", "severity": "critical"},
-                                   "GPU 3 (GPU-0003-aaaa) on node gpu-host-a is at 91 °C (critical above 85 °C).")]},
+                      {"eval_time": "3m", "alertname": "GpuTemperatureCritical", "exp_alerts": [hot_b_alert]},
                       {"eval_time": "5m", "alertname": "GpuTemperatureCritical", "exp_alerts": [
-                          expected("GpuTemperatureCritical", {**labels_of(hot), "layer": "L1", "severity": "critical"},
-                                   f"{gpu_a} is at 90 °C (critical above 85 °C)."),
-                          expected("GpuTemperatureCritical", {**labels_of(hot_b), "layer": "L1", "severity": "critical"},
-                                   "GPU 3 (GPU-0003-aaaa) on node gpu-host-a is at 91 °C (critical above 85 °C).")]}]})
+                          expected("GpuTemperatureCritical", {**labels_of(hot), **CRITICAL},
+                                   f"{gpu_a} is at 90 °C (critical above 85 °C)."), hot_b_alert]}]})
 
     # XID 79 in dcgm-exporter's last-XID gauge: it labels the value (err_code, err_msg), so the code changing
     # starts a new series. GpuLost and GpuXidCritical fire at once, then resolve once the change leaves the
@@ -230,7 +222,9 @@ def test_dcgm_exporter_as_it_ships_drives_the_gpu_alerts(rules_dir):
     old = dcgm("DCGM_FI_DEV_GPU_TEMP", 5, node="gpu-c", instance="10.0.0.5:9400")
     new = dcgm("DCGM_FI_DEV_GPU_TEMP", 5, node="gpu-c", instance="10.0.0.6:9400")
     vanished = {"job": DCGM_JOB, "instance": "10.0.0.1:9400", "node": "gpu-a", "gpu": "1", "UUID": "GPU-0001-aaaa",
-                "hostname": "gpu-host-a", "layer": "L1", "severity": "critical"}
+                "hostname": "gpu-host-a", **CRITICAL}
+    lost = expected("GpuLost", vanished, "GPU 1 (GPU-0001-aaaa) on node gpu-a is lost: its workloads fail until the "
+                                         "node is drained and the GPU reset or replaced.")
     tests.append({"name": "dcgm-exporter: a GPU whose series vanished while the exporter answers", "interval": "1m",
                   "input_series": [
                       {"series": gone, "values": "50 50 50 stale"}, {"series": stays, "values": "50x20"},
@@ -242,12 +236,8 @@ def test_dcgm_exporter_as_it_ships_drives_the_gpu_alerts(rules_dir):
                        "values": "_ _ _ 1x17"}],
                   "alert_rule_test": [
                       {"eval_time": "3m", "alertname": "GpuLost"},
-                      {"eval_time": "6m", "alertname": "GpuLost", "exp_alerts": [
-                          expected("GpuLost", vanished, "GPU 1 (GPU-0001-aaaa) on node gpu-a is lost: its workloads "
-                                                        "fail until the node is drained and the GPU reset or replaced.")]},
-                      {"eval_time": "20m", "alertname": "GpuLost", "exp_alerts": [
-                          expected("GpuLost", vanished, "GPU 1 (GPU-0001-aaaa) on node gpu-a is lost: its workloads "
-                                                        "fail until the node is drained and the GPU reset or replaced.")]},
+                      {"eval_time": "6m", "alertname": "GpuLost", "exp_alerts": [lost]},
+                      {"eval_time": "20m", "alertname": "GpuLost", "exp_alerts": [lost]},
                       {"eval_time": "20m", "alertname": "GpuExporterDown"}]})
 
     # Clocks-event reasons from dcgm-exporter's bitmask field (DCGM_FI_DEV_CLOCKS_EVENT_REASONS, added to its

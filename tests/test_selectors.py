@@ -8,7 +8,6 @@ own parser)."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
 import promql_parser as pp
@@ -25,6 +24,7 @@ from inferwatch.triage.engine import triage_alert
 from inferwatch.triage.evidence import load_runbooks
 from inferwatch.triage.sources import QueryResult
 from selector_support import OPERATOR, spec_with
+from test_rules import promtool
 
 SELECTOR_SETS = {"default": None, "operator": OPERATOR}
 _OPS = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
@@ -48,7 +48,8 @@ def _theirs(text: str) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("text, expected", [
     ('job="inferwatch-gpu"', [("job", "=", "inferwatch-gpu")]),
     ('job="gpu-operator/nvidia-dcgm-exporter"', [("job", "=", "gpu-operator/nvidia-dcgm-exporter")]),
-    ('namespace="triton", service="triton-metrics"', [("namespace", "=", "triton"), ("service", "=", "triton-metrics")]),
+    ('namespace="triton", service="triton-metrics"',
+     [("namespace", "=", "triton"), ("service", "=", "triton-metrics")]),
     ('{job="nvidia-dcgm-exporter"}', [("job", "=", "nvidia-dcgm-exporter")]),
     ("job='single', service!=\"\"", [("job", "=", "single"), ("service", "!=", "")]),
     ('job=~"dcgm.*|gpu" ,namespace!~"kube-.*",', [("job", "=~", "dcgm.*|gpu"), ("namespace", "!~", "kube-.*")]),
@@ -255,7 +256,7 @@ def test_the_generated_scrape_config_gives_each_source_what_its_selector_picks(s
     assert unmatched_selectors(spec) == []
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump({**prometheus_config(spec), "rule_files": []}))
-    out = subprocess.run([shutil.which("promtool") or "promtool", "check", "config", str(config)],
+    out = subprocess.run([promtool(), "check", "config", str(config)],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
