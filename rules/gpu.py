@@ -49,11 +49,11 @@ def xid_events(gpu: Selector, xids: list[int], window: str) -> str:
     gauge changing to a listed code (no xid label; its value is the code). dcgm-exporter labels that gauge
     with the code itself (`err_code`, `err_msg`), so a new XID starts a new series: the change is taken per
     GPU over those series (a subquery), not per series."""
-    codes = regex_alternation(sorted(xids))
+    codes = f'xid=~"{regex_alternation(sorted(xids))}"'
     last = f"max by ({XID_GAUGE_BY}) ({gpu('DCGM_FI_DEV_XID_ERRORS')})"
     values = " or ".join(f"{last} == {x}" for x in sorted(xids))
-    return (f'increase({gpu("inferwatch_gpu_xid_errors_total", f"xid=~{chr(34)}{codes}{chr(34)}")}[{window}]) > 0\n'
-            f'or\n{gpu("DCGM_EXP_XID_ERRORS_COUNT", f"xid=~{chr(34)}{codes}{chr(34)}")} > 0\n'
+    return (f"increase({gpu('inferwatch_gpu_xid_errors_total', codes)}[{window}]) > 0\n"
+            f"or\n{gpu('DCGM_EXP_XID_ERRORS_COUNT', codes)} > 0\n"
             f"or\n(\n  ({values})\n  and\n  changes(({last})[{window}:]) > 0\n"
             f"{indent(not_inferwatch(gpu, 'DCGM_EXP_XID_ERRORS_COUNT'))}\n)")
 
@@ -84,6 +84,7 @@ def throttle_bits(gpu: Selector, reasons: list[str]) -> str:
 
 
 def throttling(gpu: Selector, reasons: list[str]) -> str:
+    """GPUs slowing their clocks for one of `reasons`: inferwatch's per-reason gauge, or dcgm-exporter's bits."""
     reason = f'reason=~"{regex_alternation(reasons)}"'
     active = f'{gpu("inferwatch_gpu_clocks_event_active", reason)} == 1'
     bits = throttle_bits(gpu, reasons)
