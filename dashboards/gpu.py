@@ -1,8 +1,10 @@
 """L1 GPU fleet: temperature, memory, utilization, power, XID events, throttling and `up`, per node and GPU.
 
-Reads dcgm-exporter names (DCGM_FI_DEV_*), so it works with dcgm-exporter or the inferwatch GPU exporter; the
-XID counter, clocks-event reasons and per-GPU `up` panels need the inferwatch exporter. Threshold lines are
-the spec's L1 alert thresholds (`layers.L1`).
+Reads dcgm-exporter names (DCGM_FI_DEV_*) through the spec's GPU selector (`selectors.gpu`), so it works with
+dcgm-exporter or the inferwatch GPU exporter; the clocks-event reasons and per-GPU `up` panels need the
+inferwatch exporter, the XID panel reads either exporter's XIDs. `namespace` and `pod` select the GPUs a pod
+holds (both exporters label a GPU with the pod holding it; GPUs no pod holds show under All). Threshold lines
+are the spec's L1 alert thresholds (`layers.L1`).
 """
 
 from __future__ import annotations
@@ -16,32 +18,40 @@ from inferwatch.rules.builders import regex_alternation
 from inferwatch.rules.gpu import MEMORY_RATIO
 from inferwatch.spec import Spec
 
-SEL = 'node=~"$node", gpu=~"$gpu"'
+NODE, GPU, NAMESPACE = 'node=~"$node"', 'gpu=~"$gpu"', 'namespace=~"$namespace"'
+SEL = f'{NODE}, {GPU}, {NAMESPACE}, pod=~"$pod"'
+TEMP = "DCGM_FI_DEV_GPU_TEMP"
 LEGEND = "{{node}} GPU {{gpu}}"
 MAIN_PANEL = "GPU temperature"
 
 
 def build(spec: Spec) -> db.Dashboard:
     l1 = spec.layers.L1
+    gpu = spec.selectors.of("gpu")
+    up = gpu("up", NODE)
     throttle = regex_alternation(l1.throttle_reasons)
+    reason = f'reason=~"{throttle}"'
+    xid_gauge = f"max by (node, gpu) ({gpu('DCGM_FI_DEV_XID_ERRORS', SEL)})"
     board = (dashboard("gpu", "L1 infrastructure: every GPU's health, per node. Alerts of this layer page.")
-             .with_variable(variable("node", "Node", "label_values(DCGM_FI_DEV_GPU_TEMP, node)"))
-             .with_variable(variable("gpu", "GPU", 'label_values(DCGM_FI_DEV_GPU_TEMP{node=~"$node"}, gpu)')))
+             .with_variable(variable("node", "Node", f"label_values({gpu(TEMP)}, node)"))
+             .with_variable(variable("gpu", "GPU", f"label_values({gpu(TEMP, NODE)}, gpu)"))
+             .with_variable(variable("namespace", "Namespace", f"label_values({gpu(TEMP, NODE, GPU)}, namespace)"))
+             .with_variable(variable("pod", "Pod", f"label_values({gpu(TEMP, NODE, GPU, NAMESPACE)}, pod)")))
     board = board.with_row(db.Row("Health"))
     board = board.with_panel(stat_panel(
         "GPUs lost or unreadable", "GPUs whose NVML reads fail or that fell off the bus (inferwatch_gpu_up 0). "
         "Any value above 0 pages (GpuLost).", "none",
-        [query(f'count(inferwatch_gpu_up{{{SEL}}} == 0) or vector(0)', "lost")],
+        [query(f'count({gpu("inferwatch_gpu_up", SEL)} == 0) or vector(0)', "lost")],
         links=runbook_links(spec, ["GpuLost"]), thresholds=[(1, "red")]))
     board = board.with_panel(stat_panel(
-        "GPU exporters up", "Scraped GPU exporter targets answering / all targets (job inferwatch-gpu). "
+        "GPU exporters up", f"Scraped GPU exporter targets answering / all targets ({gpu.describe()}). "
         "Below 100 % the L1 alerts are blind for that node (GpuExporterDown).", "percentunit",
-        [query('avg(up{job="inferwatch-gpu", node=~"$node"})', "up")],
+        [query(f"avg({up})", "up")],
         links=runbook_links(spec, ["GpuExporterDown"]), thresholds=[(0, "red"), (1, "green")]))
     board = board.with_panel(stat_panel(
         "Hottest GPU", "Highest current GPU temperature in the selection; red from the critical threshold "
         f"({l1.temperature_critical_celsius:g} °C, GpuTemperatureCritical).", "celsius",
-        [query(f'max(DCGM_FI_DEV_GPU_TEMP{{{SEL}}})', "max")],
+        [query(f'max({gpu("DCGM_FI_DEV_GPU_TEMP", SEL)})', "max")],
         links=runbook_links(spec, ["GpuTemperatureCritical"]),
         thresholds=[(l1.temperature_critical_celsius - 10, "orange"), (l1.temperature_critical_celsius, "red")]))
     board = board.with_panel(table_panel(
@@ -53,22 +63,22 @@ def build(spec: Spec) -> db.Dashboard:
     board = board.with_panel(timeseries_panel(
         MAIN_PANEL, "GPU core temperature (DCGM_FI_DEV_GPU_TEMP). The dashed line is the critical threshold "
         "of GpuTemperatureCritical; most datacenter GPUs slow their clocks from about 87 °C.", "celsius",
-        [query(f"DCGM_FI_DEV_GPU_TEMP{{{SEL}}}", LEGEND)],
+        [query(gpu("DCGM_FI_DEV_GPU_TEMP", SEL), LEGEND)],
         links=runbook_links(spec, ["GpuTemperatureCritical"]),
         thresholds=[(l1.temperature_critical_celsius, "red")]))
     board = board.with_panel(timeseries_panel(
         "Power draw", "Board power draw (DCGM_FI_DEV_POWER_USAGE), watts.", "watt",
-        [query(f"DCGM_FI_DEV_POWER_USAGE{{{SEL}}}", LEGEND)], min_val=0))
+        [query(gpu("DCGM_FI_DEV_POWER_USAGE", SEL), LEGEND)], min_val=0))
     board = board.with_panel(timeseries_panel(
         "Clocks slowed (throttling)", "Active clocks-event reasons per GPU (inferwatch_gpu_clocks_event_active"
         f" 1). Thermal and power-brake reasons ({', '.join(l1.throttle_reasons)}) fire GpuThrottling; "
         "gpu_idle and sw_power_cap are normal.", "none",
-        [query(f'inferwatch_gpu_clocks_event_active{{{SEL}}} == 1', LEGEND + " {{reason}}")],
+        [query(f'{gpu("inferwatch_gpu_clocks_event_active", SEL)} == 1', LEGEND + " {{reason}}")],
         links=runbook_links(spec, ["GpuThrottling"]), min_val=0, max_val=1))
     board = board.with_panel(timeseries_panel(
         "Throttling for alerting reasons", "GPUs slowed by the reasons GpuThrottling watches "
         f"({throttle}), count per node.", "none",
-        [query(f'count by (node) (inferwatch_gpu_clocks_event_active{{{SEL}, reason=~"{throttle}"}} == 1)',
+        [query(f"count by (node) ({gpu('inferwatch_gpu_clocks_event_active', SEL, reason)} == 1)",
                "{{node}}")],
         links=runbook_links(spec, ["GpuThrottling"]), min_val=0))
     board = board.with_row(db.Row("Memory and load"))
@@ -82,36 +92,40 @@ def build(spec: Spec) -> db.Dashboard:
         min_val=0, max_val=1))
     board = board.with_panel(timeseries_panel(
         "Framebuffer memory used (MiB)", "Framebuffer used (DCGM_FI_DEV_FB_USED), MiB as dcgm-exporter "
-        "reports it.", "mbytes", [query(f"DCGM_FI_DEV_FB_USED{{{SEL}}}", LEGEND)], min_val=0))
+        "reports it.", "mbytes", [query(gpu("DCGM_FI_DEV_FB_USED", SEL), LEGEND)], min_val=0))
     board = board.with_panel(timeseries_panel(
         "GPU utilization", "Percent of time a kernel ran (DCGM_FI_DEV_GPU_UTIL). High utilization with low "
         "throughput upstream points to the model, not the GPU.", "percent",
-        [query(f"DCGM_FI_DEV_GPU_UTIL{{{SEL}}}", LEGEND)], min_val=0, max_val=100))
+        [query(gpu("DCGM_FI_DEV_GPU_UTIL", SEL), LEGEND)], min_val=0, max_val=100))
     board = board.with_panel(timeseries_panel(
         "Memory copy utilization", "Percent of time the memory controller was busy "
         "(DCGM_FI_DEV_MEM_COPY_UTIL).", "percent",
-        [query(f"DCGM_FI_DEV_MEM_COPY_UTIL{{{SEL}}}", LEGEND)], min_val=0, max_val=100))
+        [query(gpu("DCGM_FI_DEV_MEM_COPY_UTIL", SEL), LEGEND)], min_val=0, max_val=100))
     board = board.with_row(db.Row("Errors"))
     board = board.with_panel(timeseries_panel(
-        "XID events", "XID errors per code (inferwatch_gpu_xid_errors_total increase). Codes in the spec's "
+        "XID events", "XID errors per code (inferwatch_gpu_xid_errors_total increase; with dcgm-exporter its "
+        "DCGM_EXP_XID_ERRORS_COUNT where enabled, else the code its last-XID gauge DCGM_FI_DEV_XID_ERRORS "
+        "changed to). Codes in the spec's "
         f"critical list ({', '.join(map(str, sorted(l1.critical_xids)))}) page (GpuXidCritical, XID 79 "
         "GpuLost); 13, 31, 43 are application faults.", "short",
-        [query(f"sum by (node, gpu, xid) (increase(inferwatch_gpu_xid_errors_total{{{SEL}}}"
-               "[$__rate_interval])) > 0", LEGEND + " XID {{xid}}")],
+        [query(f"sum by (node, gpu, xid) (increase({gpu('inferwatch_gpu_xid_errors_total', SEL)}"
+               "[$__rate_interval])) > 0", LEGEND + " XID {{xid}}"),
+         query(f"sum by (node, gpu, xid) ({gpu('DCGM_EXP_XID_ERRORS_COUNT', SEL)}) > 0", LEGEND + " XID {{xid}}"),
+         query(f"{xid_gauge} > 0\nand\nchanges(({xid_gauge})[$__rate_interval:]) > 0", LEGEND + " last XID changed")],
         links=runbook_links(spec, ["GpuXidCritical", "GpuLost"]), min_val=0))
     board = board.with_panel(timeseries_panel(
         "Uncorrectable memory errors", "Double-bit ECC errors (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL increase) and "
         "failed row remaps (DCGM_FI_DEV_ROW_REMAP_FAILURE). Any of them pages (GpuUncorrectableMemoryError).",
         "short",
-        [query(f"increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{SEL}}}[$__rate_interval])", LEGEND + " ECC DBE"),
-         query(f"DCGM_FI_DEV_ROW_REMAP_FAILURE{{{SEL}}}", LEGEND + " row remap failed")],
+        [query(f"increase({gpu('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL', SEL)}[$__rate_interval])", LEGEND + " ECC DBE"),
+         query(gpu("DCGM_FI_DEV_ROW_REMAP_FAILURE", SEL), LEGEND + " row remap failed")],
         links=runbook_links(spec, ["GpuUncorrectableMemoryError"]), min_val=0))
     board = board.with_panel(timeseries_panel(
         "GPU up", "1 while NVML reads the GPU (inferwatch_gpu_up); 0 means lost or unreadable (GpuLost).",
-        "bool", [query(f"inferwatch_gpu_up{{{SEL}}}", LEGEND)],
+        "bool", [query(gpu("inferwatch_gpu_up", SEL), LEGEND)],
         links=runbook_links(spec, ["GpuLost"]), min_val=0, max_val=1))
     board = board.with_panel(timeseries_panel(
-        "Exporter scrape up", "Prometheus `up` of each GPU exporter target (job inferwatch-gpu).", "bool",
-        [query('up{job="inferwatch-gpu", node=~"$node"}', "{{node}} {{instance}}")],
+        "Exporter scrape up", f"Prometheus `up` of each GPU exporter target ({gpu.describe()}).", "bool",
+        [query(up, "{{node}} {{instance}}")],
         links=runbook_links(spec, ["GpuExporterDown"]), min_val=0, max_val=1))
     return board

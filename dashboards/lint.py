@@ -62,7 +62,8 @@ def lint(data: dict) -> list[str]:
             if t.get("datasource") != DATASOURCE:
                 problems.append(f"{where}: target {t.get('refId')} datasource is not ${{datasource}}")
             for window in RANGE.findall(t.get("expr", "")):
-                if window != "$__rate_interval" and f"[{window}]" not in FIXED_WINDOWS:
+                # A subquery `[$__rate_interval:]` (resolution left to Grafana's step) is a window too.
+                if window.removesuffix(":") != "$__rate_interval" and f"[{window}]" not in FIXED_WINDOWS:
                     problems.append(f"{where}: range [{window}] should be [$__rate_interval]")
         links = " ".join(link.get("url", "") for link in panel.get("links") or [])
         for alert in sorted(set(ALERT_NAME.findall(panel.get("description", "")))):

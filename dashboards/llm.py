@@ -14,87 +14,89 @@ from inferwatch.dashboards.builders import (
     dashboard, heatmap_panel, query, runbook_links, table_panel, table_query, timeseries_panel, variable,
 )
 from inferwatch.rules.llm import CANCELLED, SLO_ERRORS, SLO_TTFT
+from inferwatch.selectors import Selector
 from inferwatch.spec import Spec
 
-SEL = 'tenant=~"$tenant", tier=~"$tier", model=~"$model"'
+TIER, TENANT = 'tier=~"$tier"', 'tenant=~"$tenant"'
+SEL = f'{TENANT}, {TIER}, model=~"$model"'
 RATE = "[$__rate_interval]"
 MAIN_PANEL = "Time to first token by tier"
 
 
-def _quantiles(metric: str, by: str, legend: str) -> list:
-    return [query(f"histogram_quantile({q}, sum by ({by}, le) (rate({metric}_bucket{{{SEL}}}{RATE})))",
+def _quantiles(gateway: Selector, metric: str, by: str, legend: str) -> list:
+    return [query(f"histogram_quantile({q}, sum by ({by}, le) (rate({gateway(metric + '_bucket', SEL)}{RATE})))",
                   f"{legend} p{int(q * 100)}") for q in (0.5, 0.95, 0.99)]
 
 
-def _rate(metric: str, by: str, extra: str = "") -> str:
-    sel = f"{SEL}, {extra}" if extra else SEL
-    return f"sum by ({by}) (rate({metric}{{{sel}}}{RATE}))"
+def _rate(gateway: Selector, metric: str, by: str, extra: str = "") -> str:
+    return f"sum by ({by}) (rate({gateway(metric, SEL, extra)}{RATE}))"
 
 
 def build(spec: Spec) -> db.Dashboard:
     l3 = spec.layers.L3
+    gw = spec.selectors.of("gateway")
+    requests = "gateway_requests_total"
     board = (dashboard("llm", "L3 user experience: what LLM users see through the gateway, per tier and tenant. "
                               "Alerts of this layer go to the model owners' WeCom group.")
-             .with_variable(variable("tier", "Tier", "label_values(gateway_requests_total, tier)"))
-             .with_variable(variable("tenant", "Tenant", 'label_values(gateway_requests_total{tier=~"$tier"}, '
-                                                         'tenant)'))
-             .with_variable(variable("model", "Model", 'label_values(gateway_requests_total{tier=~"$tier", '
-                                                       'tenant=~"$tenant"}, model)')))
+             .with_variable(variable("tier", "Tier", f"label_values({gw(requests)}, tier)"))
+             .with_variable(variable("tenant", "Tenant", f"label_values({gw(requests, TIER)}, tenant)"))
+             .with_variable(variable("model", "Model", f"label_values({gw(requests, TIER, TENANT)}, model)")))
     ttft_lines = [(t.ttft_p95_seconds, "orange") for t in spec.tiers.values()]
     board = board.with_row(db.Row("Latency users feel"))
     board = board.with_panel(timeseries_panel(
         MAIN_PANEL, "Arrival at the gateway to the first token, streamed requests only: P50/P95/P99 per SLA tier "
         "(gateway_time_to_first_token_seconds). Dashed lines: each tier's ttft_p95_seconds "
         f"({', '.join(f'{n} {t.ttft_p95_seconds:g} s' for n, t in spec.tiers.items())}; LlmTtftP95High).", "s",
-        _quantiles("gateway_time_to_first_token_seconds", "tier", "{{tier}}"),
+        _quantiles(gw, "gateway_time_to_first_token_seconds", "tier", "{{tier}}"),
         links=runbook_links(spec, ["LlmTtftP95High", "LlmTtftBurnRate"]), thresholds=ttft_lines, min_val=0))
     board = board.with_panel(heatmap_panel(
         "Time to first token distribution", "Streamed requests per TTFT bucket over time (all selected tiers "
         "and tenants). A second band appearing is a second population: cold caches, a slow tenant, a queue.",
-        "s", f"sum by (le) (rate(gateway_time_to_first_token_seconds_bucket{{{SEL}}}{RATE}))"))
+        "s", f"sum by (le) (rate({gw('gateway_time_to_first_token_seconds_bucket', SEL)}{RATE}))"))
     board = board.with_panel(timeseries_panel(
         "TTFT P95 by tenant", "Time to first token P95 per tenant and tier: which tenant's users wait.", "s",
-        [query("histogram_quantile(0.95, sum by (tenant, tier, le) (rate(gateway_time_to_first_token_seconds"
-               f"_bucket{{{SEL}}}{RATE})))", "{{tenant}} {{tier}}")],
+        [query("histogram_quantile(0.95, sum by (tenant, tier, le) (rate("
+               f"{gw('gateway_time_to_first_token_seconds_bucket', SEL)}{RATE})))", "{{tenant}} {{tier}}")],
         links=runbook_links(spec, ["LlmTtftP95High"]), thresholds=ttft_lines, min_val=0))
     board = board.with_panel(timeseries_panel(
         "Inter-token latency by tier", "Gap between tokens as the client receives them, per token: "
         "P50/P95/P99 per tier (gateway_inter_token_latency_seconds). High ITL with normal TTFT points to "
         "decode, not queueing.", "s",
-        _quantiles("gateway_inter_token_latency_seconds", "tier", "{{tier}}"), min_val=0))
+        _quantiles(gw, "gateway_inter_token_latency_seconds", "tier", "{{tier}}"), min_val=0))
     board = board.with_panel(heatmap_panel(
         "Inter-token latency distribution", "Tokens per inter-token-latency bucket over time.", "s",
-        f"sum by (le) (rate(gateway_inter_token_latency_seconds_bucket{{{SEL}}}{RATE}))"))
+        f"sum by (le) (rate({gw('gateway_inter_token_latency_seconds_bucket', SEL)}{RATE}))"))
     board = board.with_panel(timeseries_panel(
         "Time per output token by tier", "Per successful streamed request, (last token - first token) / "
         "(output tokens - 1): P50/P95/P99 per tier (gateway_time_per_output_token_seconds).", "s",
-        _quantiles("gateway_time_per_output_token_seconds", "tier", "{{tier}}"), min_val=0))
+        _quantiles(gw, "gateway_time_per_output_token_seconds", "tier", "{{tier}}"), min_val=0))
     board = board.with_row(db.Row("Throughput and output"))
     board = board.with_panel(timeseries_panel(
         "Output tokens per second", "Output tokens the gateway delivered per second, per tier "
         "(gateway_tokens_total{type=\"output\"}). A drop to below "
         f"{l3.throughput_collapse_ratio:.0%} of the same time {l3.throughput_baseline_offset} earlier fires "
         "LlmOutputThroughputCollapse.", "suffix: tokens/s",
-        [query(_rate("gateway_tokens_total", "tier", 'type="output"'), "{{tier}}")],
+        [query(_rate(gw, "gateway_tokens_total", "tier", 'type="output"'), "{{tier}}")],
         links=runbook_links(spec, ["LlmOutputThroughputCollapse"]), min_val=0))
     board = board.with_panel(timeseries_panel(
         "Per-request decode speed", "Output tokens / request duration per successful request: P50 and P5 "
         "(the slow tail) per tier (gateway_output_tokens_per_second).", "suffix: tokens/s",
-        [query("histogram_quantile(0.5, sum by (tier, le) (rate(gateway_output_tokens_per_second_bucket"
-               f"{{{SEL}}}{RATE})))", "{{tier}} p50"),
-         query("histogram_quantile(0.05, sum by (tier, le) (rate(gateway_output_tokens_per_second_bucket"
-               f"{{{SEL}}}{RATE})))", "{{tier}} p5")], min_val=0))
+        [query("histogram_quantile(0.5, sum by (tier, le) (rate("
+               f"{gw('gateway_output_tokens_per_second_bucket', SEL)}{RATE})))", "{{tier}} p50"),
+         query("histogram_quantile(0.05, sum by (tier, le) (rate("
+               f"{gw('gateway_output_tokens_per_second_bucket', SEL)}{RATE})))", "{{tier}} p5")], min_val=0))
     board = board.with_panel(timeseries_panel(
         "Output length", "Output tokens per successful request: average and P95 per tier "
         "(gateway_output_tokens). A sudden change explains TTFT-stable latency changes.", "short",
-        [query(f"{_rate('gateway_output_tokens_sum', 'tier')}\n/\n{_rate('gateway_output_tokens_count', 'tier')}",
+        [query(f"{_rate(gw, 'gateway_output_tokens_sum', 'tier')}\n/\n"
+               f"{_rate(gw, 'gateway_output_tokens_count', 'tier')}",
                "{{tier}} avg"),
-         query("histogram_quantile(0.95, sum by (tier, le) (rate(gateway_output_tokens_bucket"
-               f"{{{SEL}}}{RATE})))", "{{tier}} p95")], min_val=0))
+         query("histogram_quantile(0.95, sum by (tier, le) (rate("
+               f"{gw('gateway_output_tokens_bucket', SEL)}{RATE})))", "{{tier}} p95")], min_val=0))
     board = board.with_panel(timeseries_panel(
         "Requests by outcome", "Requests per second per outcome (ok, error, cancelled, timeout) and tier "
         "(gateway_requests_total).", "reqps",
-        [query(_rate("gateway_requests_total", "tier, outcome"), "{{tier}} {{outcome}}")],
+        [query(_rate(gw, "gateway_requests_total", "tier, outcome"), "{{tier}} {{outcome}}")],
         stacked=True, min_val=0))
     board = board.with_row(db.Row("Errors, cancellations and SLOs"))
     board = board.with_panel(timeseries_panel(
@@ -117,18 +119,18 @@ def build(spec: Spec) -> db.Dashboard:
          for name, tier in spec.tiers.items()],
         links=runbook_links(spec, ["LlmTtftBurnRate"]), min_val=0))
     board = board.with_panel(timeseries_panel(
-        "Gateway exporters up", "Prometheus `up` of each gateway exporter (job inferwatch-gateway); 0 blinds "
+        "Gateway exporters up", f"Prometheus `up` of each gateway exporter ({gw.describe()}); 0 blinds "
         "every L3 alert (GatewayExporterDown).", "bool",
-        [query('up{job="inferwatch-gateway"}', "{{instance}}")],
+        [query(gw("up"), "{{instance}}")],
         links=runbook_links(spec, ["GatewayExporterDown"]), min_val=0, max_val=1))
     board = board.with_row(db.Row("Token metering"))
     board = board.with_panel(timeseries_panel(
         "Tokens per tenant", "Tokens metered per second per tenant and type (input, output), every outcome "
         "included: the billing counter gateway_tokens_total.", "suffix: tokens/s",
-        [query(_rate("gateway_tokens_total", "tenant, type"), "{{tenant}} {{type}}")], stacked=True,
+        [query(_rate(gw, "gateway_tokens_total", "tenant, type"), "{{tenant}} {{type}}")], stacked=True,
         min_val=0))
     board = board.with_panel(table_panel(
         "Tokens metered in the time range", "Tokens per tenant, model and type over the dashboard's time "
         "range (increase of gateway_tokens_total over $__range): the figure to bill from.", "short",
-        [table_query(f"sum by (tenant, model, type) (increase(gateway_tokens_total{{{SEL}}}[$__range]))")]))
+        [table_query(f"sum by (tenant, model, type) (increase({gw('gateway_tokens_total', SEL)}[$__range]))")]))
     return board

@@ -39,7 +39,7 @@ def build(spec: Spec) -> db.Dashboard:
     board = board.with_panel(stat_panel(
         MAIN_PANEL, "Highest GPU temperature across the fleet now (DCGM_FI_DEV_GPU_TEMP); red from the "
         f"critical threshold {l1.temperature_critical_celsius:g} °C.", "celsius",
-        [query("max(DCGM_FI_DEV_GPU_TEMP)", "hottest")],
+        [query(f"max({spec.selectors.of('gpu')('DCGM_FI_DEV_GPU_TEMP')})", "hottest")],
         links=[dashboard_link("gpu")] + runbook_links(spec, ["GpuTemperatureCritical"]),
         thresholds=[(l1.temperature_critical_celsius - 10, "orange"), (l1.temperature_critical_celsius, "red")],
         w=8, h=5))

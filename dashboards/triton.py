@@ -18,72 +18,75 @@ from grafana_foundation_sdk.builders import dashboard as db
 from inferwatch.dashboards.builders import (
     dashboard, query, runbook_links, stat_panel, table_panel, table_query, timeseries_panel, variable,
 )
+from inferwatch.rules.triton import Sources
 from inferwatch.spec import Spec
 
-SEL = 'node=~"$node", triton=~"$triton", model=~"$model"'
+NODE, TRITON = 'node=~"$node"', 'triton=~"$triton"'
+SEL = f'{NODE}, {TRITON}, model=~"$model"'
 BY = "node, triton, model, version"
 LEGEND = "{{model}} v{{version}} ({{triton}})"
 MAIN_PANEL = "Requests by model version"
 RATE = "[$__rate_interval]"
-STEPS = "max by (triton, model) (inferwatch_triton_model_step_info)"
-DECOUPLED = "max by (triton, model) (inferwatch_triton_model_decoupled) == 1"
-DECOUPLED_MODELS = 'max by (model) (inferwatch_triton_model_decoupled{triton=~"$triton", model=~"$model"}) == 1'
+MODEL = 'model=~"$model"'
+TRITON_MODEL = f"{TRITON}, {MODEL}"
 
 
-def _rate(metric: str, by: str = BY) -> str:
-    return f"sum by ({by}) (rate({metric}{{{SEL}}}{RATE}))"
+def _rate(src: Sources, metric: str, by: str = BY) -> str:
+    return f"sum by ({by}) (rate({src.triton(metric, SEL)}{RATE}))"
 
 
-def _avg_seconds(metric: str) -> str:
+def _avg_seconds(src: Sources, metric: str) -> str:
     """Average stage time per successful request, s: rate(µs counter) / rate(success) / 1e6; decoupled models
     left out (their stage times are the execute call, not the stream)."""
-    return (f"{_rate(metric)} / 1e6\n/ on ({BY})\n{_rate('nv_inference_request_success')}\n"
-            f"unless on (triton, model)\n{DECOUPLED}")
+    return (f"{_rate(src, metric)} / 1e6\n/ on ({BY})\n{_rate(src, 'nv_inference_request_success')}\n"
+            f"unless on (triton, model)\n{src.decoupled}")
 
 
-def _entry_points(expr: str) -> str:
-    return f"{expr}\nunless on (triton, model)\n{STEPS}"
+def _entry_points(src: Sources, expr: str) -> str:
+    return f"{expr}\nunless on (triton, model)\n{src.steps}"
 
 
 def build(spec: Spec) -> db.Dashboard:
     l2 = spec.layers.L2
+    src = Sources.of(spec)
+    success = "nv_inference_request_success"
+    decoupled_models = f"max by (model) ({src.collector('inferwatch_triton_model_decoupled', TRITON_MODEL)}) == 1"
     board = (dashboard("triton", "L2 runtime: every model version on every Triton. Alerts of this layer go to "
                                  "the on-call Slack channel.")
-             .with_variable(variable("node", "Node", "label_values(nv_inference_request_success, node)"))
-             .with_variable(variable("triton", "Triton", 'label_values(nv_inference_request_success'
-                                                         '{node=~"$node"}, triton)'))
-             .with_variable(variable("model", "Model", 'label_values(nv_inference_request_success'
-                                                       '{node=~"$node", triton=~"$triton"}, model)')))
+             .with_variable(variable("node", "Node", f"label_values({src.triton(success)}, node)"))
+             .with_variable(variable("triton", "Triton", f'label_values({src.triton(success, NODE)}, triton)'))
+             .with_variable(variable("model", "Model",
+                                     f'label_values({src.triton(success, NODE, TRITON)}, model)')))
     board = board.with_row(db.Row("Servers and models"))
     board = board.with_panel(stat_panel(
         "Triton servers ready", "Tritons answering their metrics scrape and ready (strict readiness) / all "
         "Tritons. Below 100 % see TritonServerDown / TritonServerNotReady.", "percentunit",
-        [query('avg(min by (triton) (up{job="triton", triton=~"$triton"}) * on (triton) '
-               'group_left () max by (triton) (inferwatch_triton_server_ready{triton=~"$triton"}))', "ready")],
+        [query(f"avg(min by (triton) ({src.triton('up', TRITON)}) * on (triton) group_left () "
+               f"max by (triton) ({src.collector('inferwatch_triton_server_ready', TRITON)}))", "ready")],
         links=runbook_links(spec, ["TritonServerDown", "TritonServerNotReady", "TritonCollectorDown"]),
         thresholds=[(0, "red"), (1, "green")]))
     board = board.with_panel(stat_panel(
         "Model versions not READY", "Model versions the repository index lists as not READY "
         "(inferwatch_triton_model_ready 0); a deliberately unloaded version shows as UNAVAILABLE with "
         "reason `unloaded`.", "none",
-        [query(f'count(inferwatch_triton_model_ready{{{SEL}}} == 0) or vector(0)', "not ready")],
+        [query(f"count({src.collector('inferwatch_triton_model_ready', SEL)} == 0) or vector(0)", "not ready")],
         links=runbook_links(spec, ["TritonModelNotReady"]), thresholds=[(1, "red")]))
     board = board.with_panel(table_panel(
         "Model states", "State of every model version in the repository index (READY, UNAVAILABLE, LOADING, "
         "UNLOADING) from the inferwatch Triton collector.", "none",
-        [table_query(f'inferwatch_triton_model_state{{{SEL}}} == 1')],
+        [table_query(f"{src.collector('inferwatch_triton_model_state', SEL)} == 1")],
         links=runbook_links(spec, ["TritonModelNotReady"])))
     board = board.with_row(db.Row("Traffic and errors"))
     board = board.with_panel(timeseries_panel(
         MAIN_PANEL, "Successful and failed inference requests per second per model version "
         "(nv_inference_request_success + nv_inference_request_failure), for the models clients call: steps of "
         "ensembles and BLS models are their parent's work (see \"Steps per parent request\").", "reqps",
-        [query(_entry_points(_rate("nv_inference_request_success")), LEGEND + " ok"),
-         query(_entry_points(_rate("nv_inference_request_failure")), LEGEND + " failed")], min_val=0))
+        [query(_entry_points(src, _rate(src, "nv_inference_request_success")), LEGEND + " ok"),
+         query(_entry_points(src, _rate(src, "nv_inference_request_failure")), LEGEND + " failed")], min_val=0))
     board = board.with_panel(timeseries_panel(
         "Failures by reason", "Failed requests/s by Triton's `reason`: REJECTED (queue full or timed out in "
         "the queue), CANCELED, BACKEND (the model raised), OTHER.", "reqps",
-        [query(_rate("nv_inference_request_failure", BY + ", reason") + " > 0", LEGEND + " {{reason}}")],
+        [query(_rate(src, "nv_inference_request_failure", BY + ", reason") + " > 0", LEGEND + " {{reason}}")],
         links=runbook_links(spec, ["TritonRequestsRejected", "TritonModelErrorRatioHigh"]), min_val=0))
     board = board.with_panel(timeseries_panel(
         "Error ratio", "Failed / all requests per entry point (model clients call) over the rules' rate window "
@@ -97,7 +100,7 @@ def build(spec: Spec) -> db.Dashboard:
     board = board.with_panel(timeseries_panel(
         "Pending requests", "Requests received and not yet executing (nv_inference_pending_request_count). "
         f"Dashed line: {l2.pending_requests:g} (TritonPendingRequestsHigh).", "short",
-        [query(f"sum by ({BY}) (nv_inference_pending_request_count{{{SEL}}})", LEGEND)],
+        [query(f"sum by ({BY}) ({src.triton('nv_inference_pending_request_count', SEL)})", LEGEND)],
         links=runbook_links(spec, ["TritonPendingRequestsHigh"]), thresholds=[(l2.pending_requests, "orange")],
         min_val=0))
     board = board.with_row(db.Row("Latency"))
@@ -106,10 +109,10 @@ def build(spec: Spec) -> db.Dashboard:
         "compute infer, compute output (rate of Triton's µs counters / rate of successes). Stacked, so the top "
         "is about the average request time. Decoupled (streaming) models are left out: their figures time the "
         "execute call, not the stream (see \"Streaming models: time to first token\").", "s",
-        [query(_avg_seconds("nv_inference_queue_duration_us"), LEGEND + " queue"),
-         query(_avg_seconds("nv_inference_compute_input_duration_us"), LEGEND + " compute input"),
-         query(_avg_seconds("nv_inference_compute_infer_duration_us"), LEGEND + " compute infer"),
-         query(_avg_seconds("nv_inference_compute_output_duration_us"), LEGEND + " compute output")],
+        [query(_avg_seconds(src, "nv_inference_queue_duration_us"), LEGEND + " queue"),
+         query(_avg_seconds(src, "nv_inference_compute_input_duration_us"), LEGEND + " compute input"),
+         query(_avg_seconds(src, "nv_inference_compute_infer_duration_us"), LEGEND + " compute infer"),
+         query(_avg_seconds(src, "nv_inference_compute_output_duration_us"), LEGEND + " compute output")],
         stacked=True, min_val=0))
     board = board.with_panel(timeseries_panel(
         "P95 queue time", "95th percentile time in the queue (model_version:nv_inference_queue_duration:"
@@ -124,23 +127,25 @@ def build(spec: Spec) -> db.Dashboard:
         "largest preferred_batch_size of the model's dynamic batcher. Below "
         f"{l2.batching_efficiency_ratio:.0%} of preferred while requests queue fires TritonBatchingIneffective.",
         "short",
-        [query(f"{_rate('nv_inference_count')}\n/ on ({BY})\n{_rate('nv_inference_exec_count')}",
+        [query(f"{_rate(src, 'nv_inference_count')}\n/ on ({BY})\n{_rate(src, 'nv_inference_exec_count')}",
                LEGEND + " achieved"),
-         query('max by (triton, model) (inferwatch_triton_model_preferred_batch_size_max'
-               '{triton=~"$triton", model=~"$model"})', "{{model}} preferred ({{triton}})")],
+         query("max by (triton, model) "
+               f"({src.collector('inferwatch_triton_model_preferred_batch_size_max', TRITON_MODEL)})",
+               "{{model}} preferred ({{triton}})")],
         links=runbook_links(spec, ["TritonBatchingIneffective"]), min_val=0))
     board = board.with_panel(timeseries_panel(
         "Executions by batch size", "Model executions per second by the batch size Triton formed "
         "(inferwatch_triton_model_batch_executions_total, from the statistics API).", "ops",
-        [query('sum by (model, batch_size) (rate(inferwatch_triton_model_batch_executions_total'
-               '{triton=~"$triton", model=~"$model"}[$__rate_interval])) > 0', "{{model}} batch {{batch_size}}")],
+        [query("sum by (model, batch_size) (rate("
+               f"{src.collector('inferwatch_triton_model_batch_executions_total', TRITON_MODEL)}{RATE})) > 0",
+               "{{model}} batch {{batch_size}}")],
         stacked=True, min_val=0))
     board = board.with_row(db.Row("Ensembles, BLS and streaming models"))
     board = board.with_panel(table_panel(
         "Ensemble and BLS steps", "Models that run as steps of another model (parent), read from the parent's "
         "ensemble_scheduling (kind ensemble) or given to the collector with --bls-step (kind bls); `step` is the "
         "position. Clients call the parent; a step's requests are its parent's work.", "none",
-        [table_query(f'inferwatch_triton_model_step_info{{triton=~"$triton"}}')],
+        [table_query(src.collector("inferwatch_triton_model_step_info", TRITON))],
         links=runbook_links(spec, ["TritonModelNotReady"])))
     board = board.with_panel(timeseries_panel(
         "Steps per parent request", "Executions of each step per request to its parent "
@@ -154,8 +159,8 @@ def build(spec: Spec) -> db.Dashboard:
         "(streaming) models as the gateway sees them (model:gateway_requests_errors:ratio, "
         "model:gateway_requests_cancelled:ratio). Triton counts both as successes for a decoupled model.",
         "percentunit",
-        [query(f"model:gateway_requests_errors:ratio\nand on (model)\n{DECOUPLED_MODELS}", "{{model}} errors"),
-         query(f"model:gateway_requests_cancelled:ratio\nand on (model)\n{DECOUPLED_MODELS}",
+        [query(f"model:gateway_requests_errors:ratio\nand on (model)\n{decoupled_models}", "{{model}} errors"),
+         query(f"model:gateway_requests_cancelled:ratio\nand on (model)\n{decoupled_models}",
                "{{model}} cancelled")],
         links=runbook_links(spec, ["TritonDecoupledModelErrorRatioHigh"]), thresholds=[(l2.error_ratio, "red")],
         min_val=0))
@@ -163,8 +168,9 @@ def build(spec: Spec) -> db.Dashboard:
         "Streaming models: time to first token", "P95 time to first token of decoupled (streaming) models, "
         "measured at the gateway (arrival to first token event, every tenant and tier): what a client waits for, "
         "which Triton's request duration of a decoupled model (the execute call) is not.", "s",
-        [query(f"histogram_quantile(0.95, sum by (model, le) (rate(gateway_time_to_first_token_seconds_bucket"
-               f'{{model=~"$model"}}{RATE})))\nand on (model)\n{DECOUPLED_MODELS}', "{{model}} P95")],
+        [query(f"histogram_quantile(0.95, sum by (model, le) (rate("
+               f"{src.gateway('gateway_time_to_first_token_seconds_bucket', MODEL)}{RATE})))\n"
+               f"and on (model)\n{decoupled_models}", "{{model}} P95")],
         min_val=0))
     board = board.with_row(db.Row("Versions and lifecycle"))
     board = board.with_panel(timeseries_panel(
@@ -187,6 +193,6 @@ def build(spec: Spec) -> db.Dashboard:
         "Models with no traffic for 7 days", "Loaded models that served no successful request in the last "
         "7 days: candidates to retire (they still hold memory and instances). Needs 7 days of retention.",
         "short",
-        [table_query('sum by (node, triton, model) (increase(nv_inference_request_success'
-                     f'{{{SEL}}}[7d])) == 0')]))
+        [table_query(f"sum by (node, triton, model) (increase({src.triton('nv_inference_request_success', SEL)}"
+                     "[7d])) == 0")]))
     return board

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from inferwatch.generate import render_all
 from inferwatch.notifier.routecheck import check_routes
+from inferwatch.rules.promconfig import unmatched_selectors
 from inferwatch.spec import DEFAULT_SPEC_PATH, load_spec
 from inferwatch.specload import SpecError
 
@@ -65,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
     for warning in unresolved_secrets(spec):
         print(f"warning: {warning} (the notifier will not start without it)", file=sys.stderr)
     for warning in missing_alertmanager_files(spec):
+        print(f"warning: {warning}", file=sys.stderr)
+    # A selector the generated scrape configuration cannot satisfy (a regex, `!=`) is fine for a Prometheus
+    # of one's own (the Prometheus Operator's), but the generated prometheus.yml would leave alerts blind.
+    for warning in unmatched_selectors(spec):
         print(f"warning: {warning}", file=sys.stderr)
     print(f"{name}: OK ({len(spec.targets.triton)} Triton target(s), "
           f"{len(spec.tiers)} tier(s), {len(spec.tenants)} tenant(s), {len(spec.channels)} channel(s), "

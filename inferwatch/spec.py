@@ -118,6 +118,52 @@ class PrometheusSettings:
                                                   "release: <its release name>)")
 
 
+# -------------------------------------------------------------------------------------------- selectors
+def _selector(source: str) -> Any:
+    from inferwatch.selectors import SOURCES, default_selector
+
+    return field(default_selector(source), doc=f"PromQL label selector of the {SOURCES[source]}'s series")
+
+
+@dataclasses.dataclass
+class Selectors:
+    """How this Prometheus tells each source's series apart, as a monitoring mixin's config: one PromQL label
+    selector per source (the text between a vector selector's braces). Every rule, recording rule, dashboard
+    query, runbook evidence query and triage query selects a source's series with it. The defaults are the jobs
+    of the generated Prometheus configuration, which writes the labels an `=` matcher asks for (as do the
+    Kubernetes monitors). Change them for a Prometheus that names jobs otherwise, e.g. the Prometheus
+    Operator: `gpu: 'job="nvidia-dcgm-exporter"'` (the GPU Operator's dcgm-exporter ServiceMonitor),
+    `triton: 'namespace="triton", service="triton-metrics"'`."""
+
+    gpu: str = _selector("gpu")
+    triton: str = _selector("triton")
+    triton_collector: str = _selector("triton_collector")
+    gateway: str = _selector("gateway")
+    notifier: str = _selector("notifier")
+
+    def of(self, source: str):
+        """The parsed Selector of `source` (a key of inferwatch.selectors.SOURCES)."""
+        from inferwatch.selectors import parse
+
+        return parse(getattr(self, source))
+
+    def _validate(self, path: str) -> None:
+        from inferwatch.selectors import SOURCES, SelectorError, parse
+
+        seen: dict = {}
+        for source in SOURCES:
+            try:
+                selector = parse(getattr(self, source))
+            except SelectorError as exc:
+                raise SpecError(f"{path}.{source}", f"expected a PromQL label selector such as "
+                                                    f"'job=\"triton\"': {exc}") from None
+            key = frozenset(selector.matchers)
+            if key in seen:
+                raise SpecError(f"{path}.{source}", f"selects the same series as {path}.{seen[key]} "
+                                                    f"({selector}): each source needs its own")
+            seen[key] = source
+
+
 # ---------------------------------------------------------------------------------------------- layers
 @dataclasses.dataclass
 class GpuLayer:
@@ -135,8 +181,14 @@ class GpuLayer:
     event_for: Duration = field(_d("0s"), doc="`for` of the event alerts GpuLost, GpuXidCritical and "
                                              "GpuUncorrectableMemoryError: a lost or corrupting GPU pages at once")
     exporter_down_for: Duration = field(_d("5m"), doc="`for` of GpuExporterDown (rides out a restart)")
+    vanished_gpu_lookback: Duration = field(
+        _d("1h"), doc="dcgm-exporter has no per-GPU `up`: a GPU whose series stopped for `for` while its exporter "
+                      "answers is GpuLost, for at most this long after it last reported")
 
     def _validate(self, path: str) -> None:
+        if self.vanished_gpu_lookback <= self.for_:
+            raise SpecError(f"{path}.vanished_gpu_lookback",
+                            f"expected longer than {path}.for ({self.for_}), got {self.vanished_gpu_lookback}")
         for name in ("memory_used_warning_ratio", "memory_used_critical_ratio"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise SpecError(f"{path}.{name}", f"expected a ratio in (0, 1], got {getattr(self, name)}")
@@ -469,6 +521,9 @@ class KubernetesSettings:
     gpu_runtime_class: str = field("nvidia", doc="RuntimeClass giving the GPU exporter NVML ('' = the node default)")
     pod_resources: bool = field(True, doc="mount the kubelet pod-resources socket (GPU → pod labels); the "
                                           "socket is root's, so the GPU exporter then runs as uid 0")
+    gpu_exporter: bool = field(True, doc="deploy inferwatch's GPU exporter (DaemonSet and PodMonitor); false where "
+                                         "dcgm-exporter (the GPU Operator's) is the GPU source, selectors.gpu "
+                                         "picking its series")
     gateway_max_replicas: int = field(10, doc="autoscaler maximum (minimum: workloads.gateway.replicas)")
     gateway_target_cpu_percent: int = field(70, doc="autoscaler target: average CPU use / request")
     notifier_storage: str = field("1Gi", doc="PersistentVolumeClaim size of each notifier's outbox")
@@ -506,6 +561,7 @@ class Spec:
                                   doc="alerts link to <this>/<AlertName>.md")
     targets: Targets = field(Targets)
     prometheus: PrometheusSettings = field(PrometheusSettings)
+    selectors: Selectors = field(Selectors, doc="PromQL label selector of each source's series")
     layers: Layers = field(Layers)
     tenants: list[str] = field([], doc="declared tenants; any other X-Tenant-ID folds into 'other'")
     models: list[str] = field([], doc="declared models for gateway labels; others fold into 'other'")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from inferwatch.rules.model import Alert
+from inferwatch.selectors import Selector
 from inferwatch.spec import Duration
 
 MODEL_VERSION = ("node", "triton", "model", "version")
@@ -40,17 +41,25 @@ def le_matcher(edge: float) -> str:
     return f'le="{float(edge)!r}"'
 
 
-def exporter_down(alert: str, job: str, *, for_: Duration, severity: str, what: str, has_targets: bool,
+def exporter_down(alert: str, selector: Selector, *, for_: Duration, severity: str, what: str, has_targets: bool,
                   labels: dict[str, str] | None = None) -> Alert:
-    """`up == 0` for every target of `job`, plus `absent(up{job})` when the spec lists targets for it, so a job
-    whose targets vanished from service discovery is not silently healthy."""
-    expr = f'up{{job="{job}"}} == 0'
+    """`up == 0` for every target `selector` (the source's, spec `selectors`) picks, plus `absent(up{...})`
+    when the spec lists targets for it, so a source whose targets vanished from service discovery is not
+    silently healthy. `absent()` keeps the selector's `=` labels (e.g. `job`)."""
+    up = selector("up")
+    expr = f"{up} == 0"
     if has_targets:
-        expr += f'\nor\nabsent(up{{job="{job}"}})'
+        expr += f"\nor\nabsent({up})"
     description = (f"Prometheus cannot scrape {what} {{{{ with $labels.instance }}}}at {{{{ . }}}} {{{{ end }}}}"
-                   f"(job {job}{{{{ with $labels.node }}}}, node {{{{ . }}}}{{{{ end }}}}): "
+                   f"({_go_template_text(selector.describe())}"
+                   f"{{{{ with $labels.node }}}}, node {{{{ . }}}}{{{{ end }}}}): "
                    f"its alerts cannot fire while it is down.")
     return Alert(alert, expr, for_, severity, description, labels=dict(labels or {}))
+
+
+def _go_template_text(text: str) -> str:
+    """Literal text inside an annotation (a Go template): `{{` would open an action, so it is written as one."""
+    return text.replace("{{", '{{ "{{" }}')
 
 
 def over_threshold_by_model(selector, default: float, overrides: dict[str, float], op: str = ">") -> str:

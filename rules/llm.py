@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from inferwatch.rules.builders import by, exporter_down, indent, known, le_matcher, num, or_zero, ratio
 from inferwatch.rules.model import Alert, Group, Recording
+from inferwatch.selectors import Selector
 from inferwatch.spec import Duration, Spec
 
-JOB = "inferwatch-gateway"
 TMT = ("tenant", "model", "tier")
 TMT_BY = by(TMT)
 # Availability SLI: error and timeout outcomes count against the budget; client mistakes (4xx) do not, except
@@ -25,6 +25,7 @@ TTFT_P95 = "tenant_model_tier:gateway_time_to_first_token_seconds:p95"
 SLO_REQUESTS = "tier_slo_window:gateway_requests:rate"
 SLO_ERRORS = "tier_slo_window:gateway_requests_errors:ratio"
 SLO_TTFT = "tier_slo_window:gateway_time_to_first_token_seconds:ratio_over_slo"
+CANCELLED_OUTCOME = 'outcome="cancelled"'
 WHO = "tenant {{ $labels.tenant }}, model {{ $labels.model }}, tier {{ $labels.tier }}"
 
 
@@ -34,31 +35,32 @@ def _ratio_or_zero(numerator: str, denominator: str, on: tuple[str, ...]) -> str
     return ratio(or_zero(numerator, denominator, on), denominator, on)
 
 
-def quantile_rules(metric: str, window: str) -> list[Recording]:
+def quantile_rules(gateway: Selector, metric: str, window: str) -> list[Recording]:
     """Bucket rates recorded once, then P50/P95/P99 from them: the bucket series are the bulk of the gateway's
     series (tenants x models x tiers x ~30 buckets), so rating them once instead of per quantile cuts this
     group's cost about threefold (benchmarks/rules_eval.py)."""
     buckets = f"tenant_model_tier_le:{metric}_bucket:rate"
-    rules = [Recording(buckets, f"sum by ({TMT_BY}, le) (rate({metric}_bucket[{window}]))")]
+    rules = [Recording(buckets, f"sum by ({TMT_BY}, le) (rate({gateway(metric + '_bucket')}[{window}]))")]
     for q in (50, 95, 99):
         # No observation in the window makes histogram_quantile() NaN: record nothing then.
         rules.append(Recording(f"tenant_model_tier:{metric}:p{q}", known(f"histogram_quantile(0.{q}, {buckets})")))
     return rules
 
 
-def recording_rules(window: str) -> list[Recording]:
-    rules = []
-    rules += [
-        Recording(TOKENS, f"sum by ({TMT_BY}, type) (rate(gateway_tokens_total[{window}]))"),
+def recording_rules(gateway: Selector, window: str) -> list[Recording]:
+    requests = gateway("gateway_requests_total")
+    rules = [
+        Recording(TOKENS, f"sum by ({TMT_BY}, type) (rate({gateway('gateway_tokens_total')}[{window}]))"),
         Recording("tenant_model_tier:gateway_output_tokens:avg",
-                  ratio(f"sum by ({TMT_BY}) (rate(gateway_output_tokens_sum[{window}]))",
-                        f"sum by ({TMT_BY}) (rate(gateway_output_tokens_count[{window}]))", TMT)),
-        Recording(REQUESTS, f"sum by ({TMT_BY}) (rate(gateway_requests_total[{window}]))"),
+                  ratio(f"sum by ({TMT_BY}) (rate({gateway('gateway_output_tokens_sum')}[{window}]))",
+                        f"sum by ({TMT_BY}) (rate({gateway('gateway_output_tokens_count')}[{window}]))", TMT)),
+        Recording(REQUESTS, f"sum by ({TMT_BY}) (rate({requests}[{window}]))"),
         Recording("tenant_model_tier:gateway_requests_errors:ratio",
-                  _ratio_or_zero(f"sum by ({TMT_BY}) (rate(gateway_requests_total{{{ERRORS}}}[{window}]))",
+                  _ratio_or_zero(f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total', ERRORS)}[{window}]))",
                                  REQUESTS, TMT)),
         Recording(CANCELLED,
-                  _ratio_or_zero(f'sum by ({TMT_BY}) (rate(gateway_requests_total{{outcome="cancelled"}}[{window}]))',
+                  _ratio_or_zero(f"sum by ({TMT_BY}) "
+                                 f"(rate({gateway('gateway_requests_total', CANCELLED_OUTCOME)}[{window}]))",
                                  REQUESTS, TMT)),
     ]
     return rules
@@ -70,18 +72,19 @@ def slo_windows(spec: Spec) -> list[Duration]:
 
 
 def slo_recording_rules(spec: Spec) -> list[Recording]:
+    gateway = spec.selectors.of("gateway")
     rules = []
     for w in slo_windows(spec):
         label = {"slo_window": str(w)}
         total = f'sum by (tier) ({SLO_REQUESTS}{{slo_window="{w}"}})'
-        rules.append(Recording(SLO_REQUESTS, f"sum by (tier) (rate(gateway_requests_total[{w}]))", label))
+        rules.append(Recording(SLO_REQUESTS, f"sum by (tier) (rate({gateway('gateway_requests_total')}[{w}]))", label))
         rules.append(Recording(SLO_ERRORS, _ratio_or_zero(
-            f"sum by (tier) (rate(gateway_requests_total{{{ERRORS}}}[{w}]))", total, ("tier",)), label))
+            f"sum by (tier) (rate({gateway('gateway_requests_total', ERRORS)}[{w}]))", total, ("tier",)), label))
         for tier_name, tier in spec.tiers.items():
             sel = f'tier="{tier_name}"'
-            fast = ratio(f"sum by (tier) (rate(gateway_time_to_first_token_seconds_bucket{{{sel}, "
-                         f"{le_matcher(tier.ttft_slo_seconds)}}}[{w}]))",
-                         f"sum by (tier) (rate(gateway_time_to_first_token_seconds_count{{{sel}}}[{w}]))", ("tier",))
+            bucket = gateway("gateway_time_to_first_token_seconds_bucket", sel, le_matcher(tier.ttft_slo_seconds))
+            count = gateway("gateway_time_to_first_token_seconds_count", sel)
+            fast = ratio(f"sum by (tier) (rate({bucket}[{w}]))", f"sum by (tier) (rate({count}[{w}]))", ("tier",))
             rules.append(Recording(SLO_TTFT, f"1 - (\n{indent(fast)}\n)", {**label, "tier": tier_name}))
     return rules
 
@@ -120,6 +123,7 @@ def burn_rate_alerts(spec: Spec) -> list[Alert]:
 
 def groups(spec: Spec) -> list[Group]:
     l3 = spec.layers.L3
+    gateway = spec.selectors.of("gateway")
     window = str(spec.prometheus.rate_window)
     guard = f"and on ({TMT_BY})\n{REQUESTS} > {num(l3.min_request_rate)}"
     alerts = []
@@ -146,13 +150,13 @@ def groups(spec: Spec) -> list[Group]:
               "warning",
               f"Clients cancel {{{{ $value | humanizePercentage }}}} of the requests of {WHO} over {window} "
               f"(threshold {l3.cancellation_ratio:.0%}): they give up waiting."),
-        exporter_down("GatewayExporterDown", JOB, for_=l3.exporter_down_for, severity="warning",
+        exporter_down("GatewayExporterDown", gateway, for_=l3.exporter_down_for, severity="warning",
                       what="the gateway exporter", has_targets=bool(spec.targets.gateways)),
     ]
     # Separate groups evaluate concurrently: the two histogram groups are the heavy ones.
-    return [Group("inferwatch-llm-ttft.rules", quantile_rules("gateway_time_to_first_token_seconds", window)),
-            Group("inferwatch-llm-itl.rules", quantile_rules("gateway_inter_token_latency_seconds", window)),
-            Group("inferwatch-llm.rules", recording_rules(window)),
+    return [Group("inferwatch-llm-ttft.rules", quantile_rules(gateway, "gateway_time_to_first_token_seconds", window)),
+            Group("inferwatch-llm-itl.rules", quantile_rules(gateway, "gateway_inter_token_latency_seconds", window)),
+            Group("inferwatch-llm.rules", recording_rules(gateway, window)),
             Group("inferwatch-llm-slo.rules", slo_recording_rules(spec)),
             Group("inferwatch-llm.alerts", alerts),
             Group("inferwatch-llm-slo.alerts", burn_rate_alerts(spec))]

@@ -90,10 +90,16 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
 # ---------------------------------------------------------------------------------------------------- alerts
 # Label sets alerts carry (besides alertname, layer, severity), from the series they watch: the scrape labels
 # every target gets in the generated prometheus.yml, dcgm-exporter's device labels, the recorded topology.
+# GPU series come from the inferwatch exporter or dcgm-exporter (spec `selectors.gpu`): both write the
+# device labels; the host label is `Hostname` (inferwatch, dcgm-exporter up to 4.8.2) or `hostname`
+# (dcgm-exporter from 4.8.3); namespace/pod/container name the pod holding the GPU, when one does.
 SCRAPE = ("job", "instance", "node")
-GPU_DEVICE = ("gpu", "UUID", "Hostname")
-DCGM = GPU_DEVICE + ("pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION")
+GPU_ID = ("gpu", "UUID")
+DEVICE = GPU_ID + ("pci_bus_id", "device", "modelName")
+POD = ("namespace", "pod", "container")
+DCGM = DEVICE + ("Hostname", "hostname", "DCGM_FI_DRIVER_VERSION") + POD
 MIG = ("GPU_I_PROFILE", "GPU_I_ID")  # only on a MIG instance's framebuffer series
+XID = ("xid", "window_size_in_ms")  # the XID counters' (dcgm-exporter's count is over a window)
 MODEL_VERSION = ("node", "triton", "model", "version")
 TENANT_MODEL_TIER = ("tenant", "model", "tier")
 
@@ -121,19 +127,22 @@ def _info(layer: str, severities: tuple[str, ...], summary: str, labels: tuple[s
 _C, _W = ("critical",), ("warning",)
 ALERTS: dict[str, AlertInfo] = {
     # L1 ---------------------------------------------------------------------------------------------------
-    "GpuTemperatureCritical": _info("L1", _C, "GPU temperature is above its critical threshold.", SCRAPE + DCGM),
+    "GpuTemperatureCritical": _info("L1", _C, "GPU temperature is above its critical threshold.", SCRAPE + DCGM,
+                                    SCRAPE + DEVICE),
     "GpuMemoryUsageHigh": _info("L1", _W, "GPU framebuffer memory is nearly full.", SCRAPE + DCGM + MIG,
-                                SCRAPE + DCGM),
-    "GpuMemoryUsageCritical": _info("L1", _C, "GPU framebuffer memory is full.", SCRAPE + DCGM + MIG, SCRAPE + DCGM),
+                                SCRAPE + DEVICE),
+    "GpuMemoryUsageCritical": _info("L1", _C, "GPU framebuffer memory is full.", SCRAPE + DCGM + MIG,
+                                    SCRAPE + DEVICE),
     "GpuNvmlLost": _info("L1", _C, "The NVML library of a node is lost, none of its GPUs can be read.", SCRAPE),
-    "GpuLost": _info("L1", _C, "A GPU has fallen off the bus or cannot be read.", SCRAPE + GPU_DEVICE + ("xid",),
-                     SCRAPE + GPU_DEVICE),
-    "GpuXidCritical": _info("L1", _C, "A GPU reported a critical XID error.", SCRAPE + DCGM + ("xid",),
-                            SCRAPE + GPU_DEVICE),
+    "GpuLost": _info("L1", _C, "A GPU has fallen off the bus or cannot be read.", SCRAPE + DCGM + XID,
+                     SCRAPE + GPU_ID),
+    "GpuXidCritical": _info("L1", _C, "A GPU reported a critical XID error.", SCRAPE + DCGM + XID,
+                            SCRAPE + GPU_ID),
     "GpuUncorrectableMemoryError": _info(
-        "L1", _C, "A GPU reported an uncorrectable memory error or a failed row remap.", SCRAPE + DCGM),
+        "L1", _C, "A GPU reported an uncorrectable memory error or a failed row remap.", SCRAPE + DCGM,
+        SCRAPE + DEVICE),
     "GpuThrottling": _info("L1", _W, "A GPU is slowing its clocks for thermal or power-brake reasons.",
-                           SCRAPE + GPU_DEVICE + ("reason",)),
+                           SCRAPE + DCGM + ("reason",), SCRAPE + GPU_ID + ("reason",)),
     # `absent(up{job})` (the job has no target at all) carries only `job`.
     "GpuExporterDown": _info("L1", _C, "The GPU exporter cannot be scraped, GPU alerts are blind.", SCRAPE, ("job",)),
     # L2 ---------------------------------------------------------------------------------------------------

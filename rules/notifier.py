@@ -13,7 +13,6 @@ from inferwatch.rules.builders import exporter_down, num
 from inferwatch.rules.model import Alert, Group
 from inferwatch.spec import Duration, Spec
 
-JOB = "inferwatch-notifier"
 LABELS = {"component": "notifier"}
 # superseded (a newer state of the same alert replaced it) and cancelled (resolved before sending) are neither
 # a success nor a failure of the provider.
@@ -26,11 +25,12 @@ REFUSED = 'outcome=~"unauthorized|too_large|malformed|wrong_endpoint"'
 def groups(spec: Spec) -> list[Group]:
     n = spec.layers.notifier
     window = str(spec.prometheus.rate_window)
+    notifier = spec.selectors.of("notifier")
     keep = "node, channel"
-    sent = f"sum by ({keep}) (rate(inferwatch_notifier_notifications_total{{{ATTEMPTS}}}[{window}]))"
+    sent = f"sum by ({keep}) (rate({notifier('inferwatch_notifier_notifications_total', ATTEMPTS)}[{window}]))"
     alerts = [
         Alert("NotifierDeliveryFailing",
-              f"sum by ({keep}) (rate(inferwatch_notifier_notifications_total{{{FAILED}}}[{window}]))\n"
+              f"sum by ({keep}) (rate({notifier('inferwatch_notifier_notifications_total', FAILED)}[{window}]))\n"
               f"/ on ({keep})\n{sent}\n> {num(n.delivery_failure_ratio)}\n"
               f"and on ({keep})\n{sent} > {num(n.min_attempt_rate)}",
               n.for_, "critical",
@@ -39,14 +39,14 @@ def groups(spec: Spec) -> list[Group]:
               f"routes are late or lost.",
               labels={**LABELS, "signal": "failure_ratio"}),
         Alert("NotifierDeliveryFailing",
-              f"inferwatch_notifier_oldest_pending_age_seconds > {num(n.oldest_pending_seconds)}",
+              f"{notifier('inferwatch_notifier_oldest_pending_age_seconds')} > {num(n.oldest_pending_seconds)}",
               n.for_, "critical",
               "The notifier on node {{ $labels.node }} has a notification waiting for "
               "{{ $value | humanizeDuration }}: deliveries are stuck.",
               labels={**LABELS, "signal": "stuck"}),
         # A dead letter is a notification nobody received: page on the first one.
         Alert("NotifierDeadLetters",
-              f"sum by ({keep}, reason) (increase(inferwatch_notifier_dead_letters_total[{window}])) > 0",
+              f"sum by ({keep}, reason) (increase({notifier('inferwatch_notifier_dead_letters_total')}[{window}])) > 0",
               Duration(0), "critical",
               f"The notifier on node {{{{ $labels.node }}}} gave up on notifications to channel "
               f"{{{{ $labels.channel }}}} ({{{{ $labels.reason }}}}) in the last {window}: nobody received them; "
@@ -54,7 +54,7 @@ def groups(spec: Spec) -> list[Group]:
               labels=dict(LABELS)),
         # An unrouted alert reached a catch-all (or a dead letter), not the people who own it: a routing gap.
         Alert("NotifierUnroutedAlerts",
-              f"sum by (node) (increase(inferwatch_notifier_unrouted_total[{window}])) > 0",
+              f"sum by (node) (increase({notifier('inferwatch_notifier_unrouted_total')}[{window}])) > 0",
               Duration(0), "warning",
               f"The notifier on node {{{{ $labels.node }}}} received {{{{ $value | humanize }}}} notification(s) "
               f"in the last {window} that no route matched: they went to the catch-all "
@@ -62,18 +62,18 @@ def groups(spec: Spec) -> list[Group]:
               labels=dict(LABELS)),
         # The outbox cannot be written (disk full, I/O errors): intake answers 503 (Alertmanager retries, then
         # gives up) and delivery outcomes are held in memory.
-        Alert("NotifierOutboxUnwritable", "inferwatch_notifier_outbox_writable == 0", n.down_for, "critical",
+        Alert("NotifierOutboxUnwritable", f"{notifier('inferwatch_notifier_outbox_writable')} == 0", n.down_for, "critical",
               "The notifier on node {{ $labels.node }} cannot write its outbox (disk full or failing): it "
               "refuses new alerts with 503 until it can, and /-/ready fails.",
               labels=dict(LABELS)),
         Alert("NotifierWebhooksRefused",
-              f"sum by (node, outcome) (increase(inferwatch_notifier_webhooks_total{{{REFUSED}}}[{window}])) > 0",
+              f"sum by (node, outcome) (increase({notifier('inferwatch_notifier_webhooks_total', REFUSED)}[{window}])) > 0",
               Duration(0), "warning",
               f"The notifier on node {{{{ $labels.node }}}} refused {{{{ $value | humanize }}}} webhook(s) "
               f"({{{{ $labels.outcome }}}}) in the last {window}: Alertmanager does not retry a 4xx, so those "
               f"notifications are lost; its log names the reason.",
               labels=dict(LABELS)),
-        exporter_down("NotifierDown", JOB, for_=n.down_for, severity="critical", what="the notifier",
+        exporter_down("NotifierDown", notifier, for_=n.down_for, severity="critical", what="the notifier",
                       has_targets=True, labels=LABELS),
     ]
     return [Group("inferwatch-notifier.alerts", alerts)]

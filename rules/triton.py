@@ -18,14 +18,15 @@ model's configuration: `inferwatch_triton_model_step_info`, `inferwatch_triton_m
 
 from __future__ import annotations
 
+import dataclasses
+
 from inferwatch.rules.builders import (MODEL_VERSION, by, exporter_down, num, over_threshold_by_model, ratio,
                                        with_min_rate)
 from inferwatch.rules.llm import ERRORS as GATEWAY_ERROR_OUTCOMES
 from inferwatch.rules.model import Alert, Group, Recording
+from inferwatch.selectors import Selector, go_string
 from inferwatch.spec import Spec
 
-JOB = "triton"
-COLLECTOR_JOB = "inferwatch-triton"
 MV = by(MODEL_VERSION)
 SUCCESS = "model_version:nv_inference_request_success:rate"
 FAILURE = "model_version_reason:nv_inference_request_failure:rate"
@@ -43,74 +44,100 @@ GATEWAY_REQUESTS = "model:gateway_requests:rate"
 GATEWAY_ERRORS = "model:gateway_requests_errors:ratio"
 GATEWAY_CANCELLED = "model:gateway_requests_cancelled:ratio"
 MODEL = "{{ $labels.model }} version {{ $labels.version }} on {{ $labels.triton }} (node {{ $labels.node }})"
-# Models that run as a step of an ensemble or BLS model, and decoupled models (from the collector).
-STEPS = "max by (triton, model) (inferwatch_triton_model_step_info)"
-DECOUPLED = "max by (triton, model) (inferwatch_triton_model_decoupled) == 1"
-# Decoupled models whose errors the gateway sees: their error ratio is taken from the gateway.
-DECOUPLED_AT_GATEWAY = f"(\n  {DECOUPLED}\n  and on (model)\n  {GATEWAY_ERRORS}\n)"
 
 
-def _rate(metric: str, window: str, keep: str = MV) -> str:
-    return f"sum by ({keep}) (rate({metric}[{window}]))"
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """The selectors of the sources L2 rules read (spec `selectors`): Triton's own metrics, the collector, and
+    the gateway (errors of decoupled models as clients see them)."""
+
+    triton: Selector
+    collector: Selector
+    gateway: Selector
+
+    @classmethod
+    def of(cls, spec: Spec) -> "Sources":
+        s = spec.selectors
+        return cls(s.of("triton"), s.of("triton_collector"), s.of("gateway"))
+
+    @property
+    def steps(self) -> str:
+        """Models that run as a step of an ensemble or BLS model (from the collector)."""
+        return f"max by (triton, model) ({self.collector('inferwatch_triton_model_step_info')})"
+
+    @property
+    def decoupled(self) -> str:
+        """Decoupled (streaming) models, from their configuration."""
+        return f"max by (triton, model) ({self.collector('inferwatch_triton_model_decoupled')}) == 1"
+
+    @property
+    def decoupled_at_gateway(self) -> str:
+        """Decoupled models whose errors the gateway sees: their error ratio is taken from the gateway."""
+        return f"(\n  {self.decoupled}\n  and on (model)\n  {GATEWAY_ERRORS}\n)"
+
+    def rate(self, metric: str, window: str, keep: str = MV) -> str:
+        """`sum by (keep) (rate(<Triton's metric>[window]))`."""
+        return f"sum by ({keep}) (rate({self.triton(metric)}[{window}]))"
 
 
-def _gateway_ratio(outcomes: str, window: str) -> str:
+def _gateway_ratio(src: Sources, outcomes: str, window: str) -> str:
     # Without any series of those outcomes the numerator is empty: `or 0 * requests` makes the ratio 0; the
     # `> 0` guard records nothing (not NaN) for a model without requests in the window.
-    return (f"(\n  sum by (model) (rate(gateway_requests_total{{{outcomes}}}[{window}]))\n"
+    return (f"(\n  sum by (model) (rate({src.gateway('gateway_requests_total', outcomes)}[{window}]))\n"
             f"  or\n  0 * {GATEWAY_REQUESTS}\n)\n/\n({GATEWAY_REQUESTS} > 0)")
 
 
-def ensemble_rules(window: str) -> list[Recording]:
+def ensemble_rules(src: Sources, window: str) -> list[Recording]:
     """Entry points, steps per parent request, and the gateway's per-model view of errors (see module doc)."""
     entry_mv = "node, triton, model"
+    decoupled = src.collector("inferwatch_triton_model_decoupled")
     return [
-        Recording(ENTRY_REQUESTS, f"sum by ({entry_mv}) ({REQUESTS})\nunless on (triton, model)\n{STEPS}"),
-        Recording(GATEWAY_REQUESTS, f"sum by (model) (rate(gateway_requests_total[{window}]))"),
-        Recording(GATEWAY_ERRORS, _gateway_ratio(GATEWAY_ERROR_OUTCOMES, window)),
-        Recording(GATEWAY_CANCELLED, _gateway_ratio('outcome="cancelled"', window)),
+        Recording(ENTRY_REQUESTS, f"sum by ({entry_mv}) ({REQUESTS})\nunless on (triton, model)\n{src.steps}"),
+        Recording(GATEWAY_REQUESTS, f"sum by (model) (rate({src.gateway('gateway_requests_total')}[{window}]))"),
+        Recording(GATEWAY_ERRORS, _gateway_ratio(src, GATEWAY_ERROR_OUTCOMES, window)),
+        Recording(GATEWAY_CANCELLED, _gateway_ratio(src, 'outcome="cancelled"', window)),
         # Decoupled entry points the gateway meters: errors as clients saw them (mid-stream errors included).
         Recording(ENTRY_ERROR_RATIO,
-                  f"(\n  max by ({entry_mv}) (inferwatch_triton_model_decoupled == 1) * 0\n"
-                  f"  unless on (triton, model)\n  {STEPS}\n)\n+ on (model) group_left ()\n{GATEWAY_ERRORS}",
+                  f"(\n  max by ({entry_mv}) ({decoupled} == 1) * 0\n"
+                  f"  unless on (triton, model)\n  {src.steps}\n)\n+ on (model) group_left ()\n{GATEWAY_ERRORS}",
                   {"source": "gateway"}),
         # Every other entry point: Triton's own failures over all versions.
         Recording(ENTRY_ERROR_RATIO,
                   f"(\n  sum by ({entry_mv}) ({FAILURE})\n  / on ({entry_mv})\n  ({ENTRY_REQUESTS} > 0)\n)\n"
-                  f"unless on (triton, model)\n{DECOUPLED_AT_GATEWAY}",
+                  f"unless on (triton, model)\n{src.decoupled_at_gateway}",
                   {"source": "triton"}),
         # A step's executions per request to its parent (postprocessing per streamed token: the output
         # length). A step whose counters stay 0 (some decoupled LLM backends report none) records nothing.
         Recording(STEP_PER_REQUEST,
-                  f"(\n  max by (triton, model, parent) (inferwatch_triton_model_step_info)\n"
+                  f"(\n  max by (triton, model, parent) ({src.collector('inferwatch_triton_model_step_info')})\n"
                   f"  * on (triton, model) group_left (node)\n  (sum by ({entry_mv}) ({REQUESTS}) > 0)\n)\n"
                   f"/ on (triton, parent) group_left ()\n"
                   f'label_replace(sum by ({entry_mv}) ({REQUESTS}) > 0, "parent", "$1", "model", "(.+)")'),
     ]
 
 
-def recording_rules(window: str) -> list[Recording]:
-    compute = "  " + "\n  + ".join(f"rate(nv_inference_compute_{phase}_duration_us[{window}])"
+def recording_rules(src: Sources, window: str) -> list[Recording]:
+    compute = "  " + "\n  + ".join(f"rate({src.triton(f'nv_inference_compute_{phase}_duration_us')}[{window}])"
                                    for phase in ("input", "infer", "output"))
+    p95 = src.triton("nv_inference_queue_summary_us", 'quantile="0.95"')
     return [
-        Recording(SUCCESS, _rate("nv_inference_request_success", window)),
-        Recording(FAILURE, _rate("nv_inference_request_failure", window, MV + ", reason")),
+        Recording(SUCCESS, src.rate("nv_inference_request_success", window)),
+        Recording(FAILURE, src.rate("nv_inference_request_failure", window, MV + ", reason")),
         Recording(REQUESTS, f"{SUCCESS}\n+ on ({MV})\nsum by ({MV}) ({FAILURE})"),
         # Ratios and means record nothing for a window without requests (0/0 would record NaN).
         Recording(ERROR_RATIO, ratio(f"sum by ({MV}) ({FAILURE})", REQUESTS, MODEL_VERSION)),
-        # Not for decoupled models: their request duration is the execute call, not the stream a client waits for.
-        Recording(REQUEST_AVG, ratio(f"{_rate('nv_inference_request_duration_us', window)} / 1e6", SUCCESS,
-                                     MODEL_VERSION) + f"\nunless on (triton, model)\n{DECOUPLED}"),
-        Recording(QUEUE_AVG, ratio(f"{_rate('nv_inference_queue_duration_us', window)} / 1e6", SUCCESS,
+        # Not for decoupled models: their request duration is the execute call, not what a client waits for.
+        Recording(REQUEST_AVG, ratio(f"{src.rate('nv_inference_request_duration_us', window)} / 1e6", SUCCESS,
+                                     MODEL_VERSION) + f"\nunless on (triton, model)\n{src.decoupled}"),
+        Recording(QUEUE_AVG, ratio(f"{src.rate('nv_inference_queue_duration_us', window)} / 1e6", SUCCESS,
                                    MODEL_VERSION)),
         Recording(COMPUTE_AVG, ratio(f"sum by ({MV}) (\n{compute}\n) / 1e6", SUCCESS, MODEL_VERSION)),
         # A summary with no observation in its 60 s window reports NaN; `>= 0` drops NaN so the average
         # takes over, exactly as it does where summaries are off.
-        Recording(QUEUE_P95, f'(max by ({MV}) (nv_inference_queue_summary_us{{quantile="0.95"}}) / 1e6) >= 0\n'
-                             f"or\n{QUEUE_AVG}"),
-        Recording(BATCH_AVG, ratio(_rate("nv_inference_count", window), _rate("nv_inference_exec_count", window),
+        Recording(QUEUE_P95, f"(max by ({MV}) ({p95}) / 1e6) >= 0\nor\n{QUEUE_AVG}"),
+        Recording(BATCH_AVG, ratio(src.rate("nv_inference_count", window), src.rate("nv_inference_exec_count", window),
                                    MODEL_VERSION)),
-    ] + ensemble_rules(window)
+    ] + ensemble_rules(src, window)
 
 
 def _overrides(spec: Spec, field: str) -> dict[str, float]:
@@ -129,35 +156,46 @@ def _canary(l2, value: str, *, relative: float, absolute: float) -> str:
             f"(\n  {num(1 + relative)} * max by ({on}) (\n    {value}\n    and on ({MV})\n    {majority}\n  ){extra}\n)")
 
 
+def _template_query(selector: Selector, metric: str, *matchers: str) -> str:
+    """A selector inside an annotation's `printf "..."` (a Go string): its quotes and backslashes escaped."""
+    return go_string(selector(metric, *matchers))
+
+
 def groups(spec: Spec) -> list[Group]:
     l2 = spec.layers.L2
+    src = Sources.of(spec)
     window = str(spec.prometheus.rate_window)
+    up = src.triton("up")
+    state = _template_query(src.collector, "inferwatch_triton_model_state", "triton=%q", "model=%q", "version=%q")
+    step = _template_query(src.collector, "inferwatch_triton_model_step_info", "triton=%q", "model=%q")
     reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{triton=%q,model=%q,version=%q}} > 0)" '
                f'$labels.triton $labels.model $labels.version | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
                f'{{{{ $s.Labels.reason }}}} {{{{ $s.Value | printf "%.3g" }}}}/s{{{{ end }}}}')
     alerts = [
         Alert("TritonServerDown",
-              f'up{{job="{JOB}"}} == 0\nor\ninferwatch_triton_up == 0\nor\ninferwatch_triton_server_live == 0'
-              + (f'\nor\nabsent(up{{job="{JOB}"}})' if spec.targets.triton else ""),
+              f"{up} == 0\nor\n{src.collector('inferwatch_triton_up')} == 0\n"
+              f"or\n{src.collector('inferwatch_triton_server_live')} == 0"
+              + (f"\nor\nabsent({up})" if spec.targets.triton else ""),
               l2.exporter_down_for, "critical",
-              "Triton {{ with $labels.triton }}{{ . }}{{ else }}(every target of job triton){{ end }}"
+              "Triton {{ with $labels.triton }}{{ . }}{{ else }}(every target of "
+              + src.triton.describe().replace("{{", "{{ \"{{\" }}") + "){{ end }}"
               "{{ with $labels.node }} on node {{ . }}{{ end }} does not answer "
               "(metrics endpoint down or liveness failing): every model it serves is unavailable."),
-        Alert("TritonServerNotReady", "inferwatch_triton_server_ready == 0", l2.for_, "critical",
+        Alert("TritonServerNotReady", f"{src.collector('inferwatch_triton_server_ready')} == 0", l2.for_, "critical",
               "Triton {{ $labels.triton }} on node {{ $labels.node }} is live but not ready (strict readiness: "
               "a model failed to load or is loading); load balancers stop sending it traffic."),
-        Alert("TritonModelNotReady", "inferwatch_triton_model_ready == 0", l2.for_, "critical",
+        Alert("TritonModelNotReady", f"{src.collector('inferwatch_triton_model_ready')} == 0", l2.for_, "critical",
               f"Model {MODEL} is not READY"
-              f'{{{{ with printf "inferwatch_triton_model_state{{triton=%q,model=%q,version=%q}} == 1" '
+              f'{{{{ with printf "{state} == 1" '
               f"$labels.triton $labels.model $labels.version | query }}}}"
               f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}"
-              f'{{{{ with printf "inferwatch_triton_model_step_info{{triton=%q,model=%q}}" '
+              f'{{{{ with printf "{step}" '
               f"$labels.triton $labels.model | query }}}}{{{{ range . }}}}, a step of {{{{ .Labels.kind }}}} "
               f"{{{{ .Labels.parent }}}}{{{{ end }}}}{{{{ end }}}}: its requests fail."),
         Alert("TritonModelErrorRatioHigh",
               with_min_rate(over_threshold_by_model(ERROR_RATIO, l2.error_ratio, _overrides(spec, "error_ratio")),
                             REQUESTS, l2.min_request_rate, MODEL_VERSION)
-              + f"\nunless on (triton, model)\n{STEPS}\nunless on (triton, model)\n{DECOUPLED_AT_GATEWAY}",
+              + f"\nunless on (triton, model)\n{src.steps}\nunless on (triton, model)\n{src.decoupled_at_gateway}",
               l2.for_, "critical",
               f"Model {MODEL} fails {{{{ $value | humanizePercentage }}}} of its requests over {window} "
               f"(failures by reason: {reasons})."),
@@ -181,7 +219,8 @@ def groups(spec: Spec) -> list[Group]:
               f"Triton rejects {{{{ $value | printf \"%.3g\" }}}} requests/s for {MODEL}: the scheduler's queue is "
               f"full or requests time out in it."),
         Alert("TritonPendingRequestsHigh",
-              over_threshold_by_model(lambda m: f"sum by ({MV}) (nv_inference_pending_request_count{m})",
+              over_threshold_by_model(
+                  lambda m: f"sum by ({MV}) ({src.triton('nv_inference_pending_request_count', m[1:-1])})",
                                       l2.pending_requests, _overrides(spec, "pending_requests")),
               l2.for_, "warning",
               f"{{{{ $value }}}} requests are pending for {MODEL}: instances cannot keep up."),
@@ -189,7 +228,7 @@ def groups(spec: Spec) -> list[Group]:
               with_min_rate(
                   f"{BATCH_AVG}\n< on (triton, model) group_left ()\n"
                   f"{num(l2.batching_efficiency_ratio)} * max by (triton, model) "
-                  f"(inferwatch_triton_model_preferred_batch_size_max > 1)\n"
+                  f"({src.collector('inferwatch_triton_model_preferred_batch_size_max')} > 1)\n"
                   f"and on ({MV})\n{QUEUE_AVG} > {num(l2.batching_min_queue_seconds)}",
                   REQUESTS, l2.min_request_rate, MODEL_VERSION),
               l2.for_, "warning",
@@ -210,7 +249,7 @@ def groups(spec: Spec) -> list[Group]:
               f"Canary {MODEL} takes {{{{ $value | humanizeDuration }}}} per request on average, more than "
               f"{l2.canary_regression_ratio:.0%} slower than the version serving most traffic: roll it back.",
               labels={"signal": "latency"}),
-        exporter_down("TritonCollectorDown", COLLECTOR_JOB, for_=l2.exporter_down_for, severity="warning",
+        exporter_down("TritonCollectorDown", src.collector, for_=l2.exporter_down_for, severity="warning",
                       what="the inferwatch Triton collector", has_targets=bool(spec.targets.triton_collectors)),
     ]
-    return [Group("inferwatch-triton.rules", recording_rules(window)), Group("inferwatch-triton.alerts", alerts)]
+    return [Group("inferwatch-triton.rules", recording_rules(src, window)), Group("inferwatch-triton.alerts", alerts)]

@@ -39,6 +39,14 @@ def validate(spec: Spec) -> None:
     if spec.prometheus.evaluation_interval.ms <= 0:
         raise SpecError("prometheus.evaluation_interval", "expected a positive duration, got 0s")
     _check_window("prometheus.rate_window", spec.prometheus.rate_window, scrape)
+    _check_window("layers.L1.vanished_gpu_lookback", spec.layers.L1.vanished_gpu_lookback, scrape)
+    from inferwatch.exporters.gpu.nvml import CLOCKS_EVENT_REASONS
+
+    known = [name for name, _bit in CLOCKS_EVENT_REASONS]
+    for reason in spec.layers.L1.throttle_reasons:
+        if reason not in known:
+            raise SpecError("layers.L1.throttle_reasons",
+                            f"expected clocks-event reasons as NVML names them ({', '.join(known)}), got {reason!r}")
     for i, pair in enumerate(spec.layers.L3.burn_rate_windows):
         _check_window(f"layers.L3.burn_rate_windows[{i}].short", pair.short, scrape)
     names = [pair.name for pair in spec.layers.L3.burn_rate_windows]

@@ -12,19 +12,26 @@ from inferwatch.rules.generate import PROMETHEUS_CONFIG, RULES_DIR, outputs
 from promql_labels import Branch, LabelFlow
 
 # Metric name prefix -> Prometheus job (fixed job names of the generated prometheus.yml).
-JOB_OF_PREFIX = (("nv_", "triton"), ("DCGM_FI_", "inferwatch-gpu"), ("inferwatch_gpu_", "inferwatch-gpu"),
+JOB_OF_PREFIX = (("nv_", "triton"), ("DCGM_", "inferwatch-gpu"), ("inferwatch_gpu_", "inferwatch-gpu"),
                  ("inferwatch_triton_", "inferwatch-triton"), ("gateway_", "inferwatch-gateway"),
                  ("inferwatch_notifier_", "inferwatch-notifier"))
-_DCGM = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION")
+# GPU series as either exporter writes them: the device labels both always write; the host label is
+# `Hostname` (inferwatch, dcgm-exporter up to 4.8.2) or `hostname` (dcgm-exporter from 4.8.3); the driver
+# version is a label row of dcgm-exporter's field list; namespace/pod/container name the pod holding the GPU.
+_DEVICE = ("gpu", "UUID", "pci_bus_id", "device", "modelName")
+_POD = ("namespace", "pod", "container")
+_DCGM_MAYBE = ("Hostname", "hostname", "DCGM_FI_DRIVER_VERSION") + _POD
 _GPU = ("gpu", "UUID", "Hostname")
 _TMT = ("tenant", "model", "tier")
 # Metric name (or prefix, first match wins) -> (labels the exporter always writes, labels it may write).
 EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("DCGM_FI_DEV_FB_", _DCGM, ("GPU_I_PROFILE", "GPU_I_ID")),  # MIG instances' framebuffer series
-    ("DCGM_FI_", _DCGM, ()),
-    ("inferwatch_gpu_up", _GPU, ()),
+    ("DCGM_FI_DEV_FB_", _DEVICE, _DCGM_MAYBE + ("GPU_I_PROFILE", "GPU_I_ID")),  # MIG instances' framebuffer
+    ("DCGM_FI_DEV_XID_ERRORS", _DEVICE, _DCGM_MAYBE + ("err_code", "err_msg")),  # dcgm-exporter: the code
+    ("DCGM_EXP_XID_ERRORS_COUNT", _DEVICE + ("window_size_in_ms",), _DCGM_MAYBE + ("xid",)),
+    ("DCGM_", _DEVICE, _DCGM_MAYBE),
+    ("inferwatch_gpu_up", _GPU, _POD),
     ("inferwatch_gpu_xid_errors_total", _GPU + ("xid",), ()),
-    ("inferwatch_gpu_clocks_event_active", _GPU + ("reason",), ()),
+    ("inferwatch_gpu_clocks_event_active", _GPU + ("reason",), _POD),
     ("inferwatch_gpu_", (), ()),  # the exporter's own: nvml_up, devices, collection_*
     ("nv_inference_request_failure", ("model", "version", "reason"), ()),
     ("nv_inference_queue_summary_us", ("model", "version", "quantile"), ()),

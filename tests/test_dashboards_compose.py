@@ -149,3 +149,28 @@ def test_compose_configs_pass_promtool_and_amtool(tmp_path):
     result = subprocess.run([amtool, "check-config", str(ROOT / OUT_DIR / "alertmanager.yml")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("files", [["docker-compose.yml"], ["docker-compose.yml", "docker-compose.gpu.yml"]],
+                         ids=["base", "gpu-override"])
+def test_compose_commands_parse_as_inferwatch_commands(files):
+    """Each inferwatch service's command is a valid `inferwatch` command line (the image's entrypoint), reads
+    the mounted spec, and the simulated GPU exporter takes /sim/events from the host (which reaches it through
+    the bridge, not loopback) while the real one has no simulator to post to."""
+    from inferwatch.cli import build_parser
+
+    services: dict = {}
+    for name in files:
+        for service, body in yaml.safe_load((ROOT / name).read_text())["services"].items():
+            services.setdefault(service, {}).update(body)
+    parser = build_parser()
+    commands = {name: s["command"] for name, s in services.items()
+                if s.get("image") == "inferwatch:local" and "command" in s}
+    assert {"gateway", "triton-collector", "gpu-exporter"} <= set(commands)
+    for name, command in commands.items():
+        args = parser.parse_args([str(a) for a in command])
+        assert getattr(args, "func", None) and args.host == "0.0.0.0", name
+        assert args.spec and args.spec.startswith("/etc/inferwatch/"), name
+    gpu = parser.parse_args([str(a) for a in commands["gpu-exporter"]])
+    assert gpu.sim_events_from_any_host == (gpu.nvml == "sim"), files
+    assert services["gpu-exporter"]["ports"] == ["127.0.0.1:9400:9400"]

@@ -1,6 +1,9 @@
 """Every dashboard query against a real Prometheus fed by the real parts: Triton (example models, real
 traffic), the gateway exporter in front of it (streamed toy_llm traffic with tenant/service headers), the
-Triton collector, the GPU exporter on its simulated NVML, and the generated recording rules.
+Triton collector, the GPU exporter on its simulated NVML with its GPU held by a pod (a kubelet answering the
+PodResources API on a unix socket), and the generated recording rules. Twice: with the default selectors, and
+with selectors as the Prometheus Operator writes them (the generated scrape configuration then names the jobs
+and writes the labels those selectors ask for; rules and dashboards are generated from the same spec).
 
 - every panel query and variable query parses (Prometheus answers `success`, not `bad_data`);
 - the main panel of each dashboard returns finite data, and the variables that select nodes, models, tenants
@@ -22,9 +25,12 @@ import pytest
 import requests
 import yaml
 
+from gpu_support import fake_kubelet
 from inferwatch.dashboards.generate import DASHBOARDS, dashboards
-from inferwatch.rules.promconfig import prometheus_config
-from inferwatch.spec import load_spec, spec_from_dict
+from inferwatch.rules.generate import RULES_DIR, outputs
+from inferwatch.rules.promconfig import prometheus_config, scrape_jobs
+from inferwatch.spec import spec_from_dict
+from selector_support import OPERATOR
 from inferwatch.testing.process import ManagedProcess, free_port, http_ok
 from inferwatch.testing.prometheus import start_prometheus
 from inferwatch.traffic import TrafficLoop, infer_classifier, stream_toy_llm
@@ -54,11 +60,43 @@ def _exporter(tmp: Path, name: str, args: list[str], metrics_port: int) -> Manag
                           ready=lambda: http_ok(url)).start(timeout=60)
 
 
+POD = ("inference", "llm-0", "triton")  # holds the simulated GPU 0
+
+
+@pytest.fixture(scope="module", params=["default", "operator"])
+def selectors(request) -> dict | None:
+    return OPERATOR if request.param == "operator" else None
+
+
 @pytest.fixture(scope="module")
-def stack(triton, tmp_path_factory):
+def kubelet():
+    with fake_kubelet() as (fake, path):
+        namespace, pod, container = POD
+        fake.pods = [(namespace, pod, [(container, "nvidia.com/gpu", ["nvidia0"])])]
+        yield path
+
+
+@pytest.fixture(scope="module")
+def spec_data(selectors, tmp_path_factory):
+    """The repository's spec with `selectors`, and rule files generated from it."""
+    tmp = tmp_path_factory.mktemp("spec")
+    raw = yaml.safe_load((ROOT / "inferwatch.yaml").read_text())
+    if selectors:
+        raw["selectors"] = dict(selectors)
+    rules = tmp / "rules"
+    rules.mkdir()
+    for rel, text in outputs(spec_from_dict(raw)).items():
+        if rel.startswith(RULES_DIR):
+            (rules / Path(rel).name).write_text(text)
+    raw.setdefault("prometheus", {})["rule_files"] = [str(rules / "*.yml")]
+    return raw
+
+
+@pytest.fixture(scope="module")
+def stack(triton, kubelet, spec_data, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dashboards")
     ports = {k: free_port() for k in ("gpu", "collector", "gateway", "gateway_metrics")}
-    raw = yaml.safe_load((ROOT / "inferwatch.yaml").read_text())
+    raw = dict(spec_data)
     raw["targets"] = {
         "triton": [{"name": "triton-0", "url": triton.url, "metrics_url": triton.metrics_url, "node": "node-a"}],
         "gpu_exporters": [{"address": f"127.0.0.1:{ports['gpu']}", "node": "node-a"}],
@@ -66,19 +104,19 @@ def stack(triton, tmp_path_factory):
         "gateways": [{"address": f"127.0.0.1:{ports['gateway_metrics']}", "node": "node-a"}],
         "notifiers": [],
     }
-    raw.setdefault("prometheus", {}).update(scrape_interval="1s", evaluation_interval="1s",
-                                            rule_files=[str(ROOT / "rules/generated/*.yml")])
+    raw["prometheus"] = {**raw["prometheus"], "scrape_interval": "1s", "evaluation_interval": "1s"}
     spec_path = tmp / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(raw))
     spec = spec_from_dict(raw, str(spec_path))
     config = prometheus_config(spec)
-    config["scrape_configs"] = [job for job in config["scrape_configs"] if job["job_name"] != "inferwatch-notifier"]
+    config["scrape_configs"] = [job for source, job in scrape_jobs(spec) if source != "notifier"]
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
     procs = []
     loops = []
     try:
         procs.append(_exporter(tmp, "gpu", ["gpu", "--nvml", "sim", "--interval", "1s", "--hostname", "node-a",
-                                            "--port", str(ports["gpu"])], ports["gpu"]))
+                                            "--pod-resources-socket", kubelet, "--port", str(ports["gpu"])],
+                               ports["gpu"]))
         procs.append(_exporter(tmp, "collector", ["triton", "--spec", str(spec_path), "--interval", "1s",
                                                   "--port", str(ports["collector"])], ports["collector"]))
         procs.append(_exporter(tmp, "gateway", ["gateway", "--upstream", triton.url, "--spec", str(spec_path),
@@ -109,8 +147,8 @@ def stack(triton, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def boards():
-    return dashboards(load_spec(ROOT / "inferwatch.yaml"))
+def boards(spec_data):
+    return dashboards(spec_from_dict(spec_data))
 
 
 def _query(prometheus, expr: str) -> dict:
@@ -163,3 +201,19 @@ def test_panels_with_data_report(stack, boards, capsys):
                   f"{sorted(set(p['title'] for p in panels) - set(live))}")
         if key != "overview":
             assert len(live) >= len(panels) // 2, (key, live)
+
+
+def test_targets_are_scraped_under_the_selectors(stack, spec_data):
+    """Every scraped target is picked by its source's selector (the operator's job and namespace/service labels
+    when those are the selectors), and the GPU's namespace/pod variables offer the pod holding the GPU."""
+    spec = spec_from_dict(spec_data)
+    up = _query(stack, "up")["data"]["result"]
+    assert len(up) == 4  # Triton, collector, GPU exporter, gateway
+    for source in ("gpu", "triton", "triton_collector", "gateway"):
+        picked = [s["metric"] for s in up if spec.selectors.of(source).matches(s["metric"])]
+        assert len(picked) == 1, (source, up)
+    gpu = dashboards(spec)["gpu"]
+    for name, value in zip(("namespace", "pod"), POD):
+        query = next(v["query"] for v in gpu["templating"]["list"] if v["name"] == name)
+        expr, label = variable_expr(query)
+        assert {s["metric"].get(label) for s in _query(stack, expr)["data"]["result"]} == {value}

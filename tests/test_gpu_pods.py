@@ -7,18 +7,15 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
-import threading
-from concurrent import futures
 
 import grpc
 import pytest
 import requests
 
-from gpu_support import FakeClock, samples
+from gpu_support import FakeClock, fake_kubelet, samples
 from inferwatch.exporters.gpu.collector import GpuCollector
 from inferwatch.exporters.gpu.kubelet import PodAttribution
-from inferwatch.exporters.gpu.podresources import api_pb2, api_pb2_grpc
+from inferwatch.exporters.gpu.podresources import api_pb2
 from inferwatch.exporters.gpu.pods import Assignment, PodMap, PodRef
 from inferwatch.exporters.gpu.reading import GpuIdentity, MigReading
 from inferwatch.exporters.gpu.scenario import parse_scenario
@@ -29,43 +26,10 @@ MIG_SCENARIO = {"gpus": 2, "mig": {1: [{"profile": "3g.40gb", "gi_id": 1, "memor
                                        {"profile": "1g.10gb", "gi_id": 9, "memory_total_mib": 9728}]}}
 
 
-class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
-    """The kubelet's side of PodResourcesLister.List: answers whatever `pods` holds now.
-    pods: [(namespace, pod, [(container, resource, [device ids])])]."""
-
-    def __init__(self):
-        self.pods: list = []
-        self.calls = 0
-        self.fail_with: grpc.StatusCode | None = None
-        self._lock = threading.Lock()
-
-    def List(self, request, context):  # noqa: N802 - the service's method name
-        with self._lock:
-            self.calls += 1
-            if self.fail_with is not None:
-                context.abort(self.fail_with, "kubelet restarting")
-            return api_pb2.ListPodResourcesResponse(pod_resources=[
-                api_pb2.PodResources(namespace=ns, name=name, containers=[
-                    api_pb2.ContainerResources(name=container, devices=[
-                        api_pb2.ContainerDevices(resource_name=resource, device_ids=ids)])
-                    for container, resource, ids in containers])
-                for ns, name, containers in self.pods])
-
-
 @pytest.fixture
 def kubelet():
-    # A short directory: unix socket paths are limited to about 108 bytes.
-    with tempfile.TemporaryDirectory(prefix="kubelet-") as tmp:
-        path = os.path.join(tmp, "kubelet.sock")
-        fake = FakeKubelet()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        api_pb2_grpc.add_PodResourcesListerServicer_to_server(fake, server)
-        server.add_insecure_port(f"unix://{path}")
-        server.start()
-        try:
-            yield fake, path
-        finally:
-            server.stop(grace=None)
+    with fake_kubelet() as (fake, path):
+        yield fake, path
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import yaml
 from inferwatch.cli import build_parser
 from inferwatch.dashboards.generate import outputs as dashboard_outputs
 from inferwatch.kubernetes import generate as kgen
-from inferwatch.kubernetes.specfile import cluster_spec
+from inferwatch.kubernetes.specfile import SPEC_PATH, cluster_spec
 from inferwatch.notifier import alertmanager_config
 from inferwatch.rules.promconfig import prometheus_config
 from inferwatch.spec import load_spec, spec_from_dict
@@ -359,6 +359,7 @@ def test_every_container_command_parses(objects):
         args = parser.parse_args(pod["containers"][0]["args"])
         assert getattr(args, "func", None), name
         assert args.host == "0.0.0.0", name  # reachable by Prometheus and the Service, not only loopback
+        assert args.spec == SPEC_PATH, name  # every service reads the mounted cluster spec (XIDs, tenants, routes)
 
 
 # ----------------------------------------------------------------------------------------- the spec
@@ -612,3 +613,32 @@ def test_readme_own_stack_names_every_process_and_secret_file():
         assert command in section, command
     for port in (":8000", ":8001", ":8002", ":9400", ":9401", ":8080", ":9402", ":9410", ":9090", ":9093"):
         assert port in section, port
+
+
+def test_readme_dcgm_exporter_variant_renders_and_validates(readme_k8s, tmp_path):
+    """"Use with kube-prometheus-stack / dcgm-exporter" as written: the base without inferwatch's GPU exporter,
+    rules selecting dcgm-exporter's job, and the GPU Operator's ServiceMonitor settings valid for the CRD."""
+    data = _merge(_merge(yaml.safe_load((ROOT / "inferwatch.yaml").read_text()),
+                         yaml.safe_load(_block(readme_k8s, "# my.yaml"))),
+                  yaml.safe_load(_block(readme_k8s, "# dcgm.yaml")))
+    spec = spec_from_dict(data)
+    base = tmp_path / kgen.OUT_DIR
+    base.mkdir(parents=True)
+    for name, text in generated(spec).items():
+        (base / name).write_text(text)
+    objects = render(base)
+    assert not by_kind(objects, "DaemonSet") and not by_kind(objects, "PodMonitor")
+    assert len(by_kind(objects, "ServiceMonitor")) == 4  # Triton, collector, gateway, notifier
+    (rule,) = by_kind(objects, "PrometheusRule")
+    exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert any('DCGM_FI_DEV_GPU_TEMP{job="nvidia-dcgm-exporter"}' in e for e in exprs)
+    assert not any("inferwatch-gpu" in e for e in exprs)
+    values = yaml.safe_load(_block(readme_k8s, "# gpu-operator-values.yaml"))["dcgmExporter"]["serviceMonitor"]
+    monitor = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+               "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator",
+                            "labels": values["additionalLabels"]},
+               "spec": {"selector": {"matchLabels": {"app": "nvidia-dcgm-exporter"}},
+                        "endpoints": [{"port": "gpu-metrics", "honorLabels": values["honorLabels"],
+                                       "relabelings": values["relabelings"]}]}}
+    assert crd_errors(monitor) == []
+    assert values["additionalLabels"]["release"] == "kube-prometheus-stack"

@@ -136,6 +136,17 @@ TABLE = [
      {1: False}),
     ([alert("GpuLost", "L1", "critical", node="n13", gpu="0"),
       alert("GatewayExporterDown", "L3", "warning", node="n13", job="inferwatch-gateway")], {1: False}),
+    # A streaming model's gateway errors are explained by its Triton being down, not by another Triton being
+    # down. A Triton that is live but not ready (a model failed to load, or models are loading) still serves
+    # its loaded models: their users' errors are news, so TritonServerNotReady inhibits nothing.
+    ([alert("TritonServerDown", "L2", "critical", node="n14", triton="t14"),
+      alert("TritonDecoupledModelErrorRatioHigh", "L2", "critical", node="n14", triton="t14", model="m",
+            source="gateway"),
+      alert("TritonDecoupledModelErrorRatioHigh", "L2", "critical", node="n14", triton="t14b", model="m",
+            source="gateway")], {1: True, 2: False}),
+    ([alert("TritonServerNotReady", "L2", "critical", node="n15", triton="t15"),
+      alert("TritonDecoupledModelErrorRatioHigh", "L2", "critical", node="n15", triton="t15", model="m",
+            source="gateway")], {1: False}),
 ]
 
 

@@ -198,7 +198,7 @@ def test_a_demo_spec_with_short_windows_generates_rules_promtool_accepts(tmp_pat
     spec = spec_from_dict({
         "prometheus": {"scrape_interval": "2s", "evaluation_interval": "2s", "rate_window": "20s"},
         "targets": {"triton": [{"name": "t", "url": "http://127.0.0.1:8000", "metrics_interval_ms": 1000}]},
-        "layers": {"L1": {"for": "10s"}, "L2": {"for": "10s"}, "L3": {
+        "layers": {"L1": {"for": "10s", "vanished_gpu_lookback": "2m"}, "L2": {"for": "10s"}, "L3": {
             "for": "10s", "throughput_baseline_offset": "5m",
             "burn_rate_windows": [{"name": "page-fast", "long": "2m", "short": "10s", "factor": 14.4, "for": "4s"},
                                   {"name": "ticket-slow", "long": "10m", "short": "1m", "factor": 1,
@@ -221,7 +221,8 @@ def test_per_model_overrides_reach_the_rules():
     triton = {r.alert: r.expr for g in rule_groups(spec)["triton"] for r in g.rules if isinstance(r, Alert)}
     assert '{model="resnet"} > 0.05' in triton["TritonModelErrorRatioHigh"]
     assert '{model!~"resnet"} > 0.01' in triton["TritonModelErrorRatioHigh"]
-    assert 'nv_inference_pending_request_count{model="resnet"}) > 7' in triton["TritonPendingRequestsHigh"]
+    pending = 'nv_inference_pending_request_count{job="triton", model="resnet"}) > 7'
+    assert pending in triton["TritonPendingRequestsHigh"]
 
 
 def test_recording_rules_come_before_their_use_in_each_group(spec):

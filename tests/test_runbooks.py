@@ -14,7 +14,7 @@ from inferwatch.spec import load_spec
 from inferwatch.triage.engine import query_params, resolve_thresholds
 from inferwatch.triage.evidence import PLACEHOLDER, default_runbook_dir, load_runbook
 from inferwatch.triage.scope import scoped
-from inferwatch.triage.thresholds import QUERY_PARAM
+from inferwatch.triage.thresholds import QUERY_PARAM, SELECTOR_PARAMS
 from triage_scenarios import start_prepared_prometheus
 
 RUNBOOKS = default_runbook_dir()
@@ -95,7 +95,7 @@ def test_every_query_parses_and_evaluates_in_prometheus(prometheus, page):
         thresholds = resolve_thresholds(runbook, SPEC, labels, time.time())
         params = query_params(thresholds)
         # With every label given, every spec value resolves; without labels only label-free paths do.
-        assert labels is not SAMPLE_LABELS or len(params) == len(thresholds), thresholds
+        assert labels is not SAMPLE_LABELS or len(params) == len(thresholds) + len(SELECTOR_PARAMS), thresholds
         assert all("{" in t.path for t in thresholds if t.value is None), thresholds
         for query in runbook.queries.values():
             if query.params - params.keys():

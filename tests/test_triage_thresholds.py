@@ -17,7 +17,7 @@ from inferwatch.rules.model import Alert, Recording
 from inferwatch.spec import Duration, load_spec
 from inferwatch.triage.condition import names_in
 from inferwatch.triage.evidence import load_runbooks
-from inferwatch.triage.thresholds import resolve
+from inferwatch.triage.thresholds import resolve, selector_params
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = {"repository": ROOT / "inferwatch.yaml", "demo": ROOT / "examples" / "demo" / "inferwatch.demo.yaml"}
@@ -103,9 +103,14 @@ def test_condition_thresholds_are_the_rules(spec_name, rule_index):
             assert has_token(text, token), (f"{rule.alert} {labels}: condition part {ast.unparse(node)} = {token} "
                                             f"is not in the rule:\n{text}")
             checked.append(token)
-        # Windows and lists the condition's queries take from the spec are the rule's too.
+        # Windows, lists and source selectors the condition's queries take from the spec are the rule's too.
+        selectors = selector_params(spec)
         for q in (runbook.queries[n] for n in names_in(tree) if n in runbook.queries):
             for param in q.params - {"rate_window", "fault_time"}:
+                if param in selectors:
+                    assert selectors[param] in text, f"{rule.alert}: ${param} = {selectors[param]} is not in the rule"
+                    checked.append(selectors[param])
+                    continue
                 value = resolved[param].value
                 tokens = [str(value)] if isinstance(value, Duration) else [str(v) for v in value] \
                     if isinstance(value, list) else [num(value)]

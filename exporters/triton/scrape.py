@@ -1,5 +1,6 @@
-"""Prometheus scrape configuration for Triton's own metrics (job `triton`) and the collector
-(job `inferwatch-triton`), built from the spec.
+"""Prometheus scrape configuration for Triton's own metrics (job `triton` by default) and the collector
+(job `inferwatch-triton` by default; rules/promconfig.py names the jobs after the spec's selectors), built
+from the spec.
 
 Every target carries a `node` label so L2 alerts can name the node (CONVENTIONS: fixed names). Triton
 targets also carry `triton` (the spec target name). The collector serves series for many Tritons, so its
@@ -12,8 +13,10 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlparse
 
-JOB_TRITON = "triton"
-JOB_COLLECTOR = "inferwatch-triton"
+from inferwatch.selectors import DEFAULT_JOBS
+
+JOB_TRITON = DEFAULT_JOBS["triton"]
+JOB_COLLECTOR = DEFAULT_JOBS["triton_collector"]
 
 
 def _triton_static_config(target: Any) -> dict:

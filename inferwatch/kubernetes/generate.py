@@ -53,7 +53,7 @@ def documents(spec: Spec) -> dict[str, list[dict]]:
                  "metadata": workloads.metadata(spec, workloads.SPEC_CONFIGMAP, "spec"),
                  "data": {PurePosixPath(SPEC_PATH).name: text}}
     dashboards = {PurePosixPath(path).name: body for path, body in dashboard_outputs(spec).items()}
-    return {
+    docs = {
         "spec.yaml": [configmap],
         "gpu-exporter.yaml": workloads.gpu_exporter(spec, text),
         "gateway.yaml": workloads.gateway(spec, text, triton_url(spec)),
@@ -63,6 +63,10 @@ def documents(spec: Spec) -> dict[str, list[dict]]:
         "alertmanagerconfig.yaml": [monitoring.alertmanager_config_object(spec)],
         "dashboards.yaml": monitoring.dashboard_configmaps(spec, dashboards),
     }
+    if not spec.kubernetes.gpu_exporter:
+        # dcgm-exporter is the GPU source: it is scraped by its own monitor (the GPU Operator's ServiceMonitor).
+        del docs["gpu-exporter.yaml"]
+    return docs
 
 
 def kustomization(spec: Spec, files: list[str]) -> str:

@@ -1,12 +1,13 @@
 """Prometheus Operator objects for inferwatch: a PodMonitor or ServiceMonitor per scrape job, an
 AlertmanagerConfig routing to the notifier, and Grafana dashboards as ConfigMaps for the dashboard sidecar.
 
-Job names: the rules and dashboards select series by `job` (inferwatch-gpu, triton, inferwatch-triton,
-inferwatch-gateway, inferwatch-notifier, as the static Prometheus config names them). The operator would
-name a ServiceMonitor's job after the Service and a PodMonitor's after `<namespace>/<name>`, so every endpoint
-sets `job` in its relabelings, which the operator applies after its own. Every target also gets `node` (the
-pod's node, the label alerts and inhibition use); Triton's series get `triton` = the Service name, the
-same name the collector's series carry (rules join the two on it).
+Selectors: the rules and dashboards pick each source's series with the spec's selector for it (`selectors`,
+default `job="inferwatch-gpu"`, `job="triton"`, ...). The operator would name a ServiceMonitor's job after the
+Service and a PodMonitor's after `<namespace>/<name>`, so every endpoint writes the `=` labels of its source's
+selector in its relabelings (which the operator applies after its own): `job` always (the selector's, else the
+source's default job), any other `=` label as given. Every target also gets `node` (the pod's node, the label
+alerts and inhibition use); Triton's series get `triton` = the Service name, the same name the collector's
+series carry (rules join the two on it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 from inferwatch.kubernetes.specfile import cluster_spec, notifier_url, secret_refs
 from inferwatch.kubernetes.workloads import COMPONENTS, NOTIFIER_SECRET, metadata, selector_labels
 from inferwatch.notifier import alertmanager_config
+from inferwatch.rules.promconfig import job_name
 from inferwatch.spec import Spec
 
 MONITORING = "monitoring.coreos.com/v1"
@@ -25,8 +27,11 @@ FALLBACK_KEY = "pagerduty-fallback-key"
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # the Grafana sidecar's default label (kube-prometheus-stack)
 
 
-def _job(job: str) -> dict:
-    return {"action": "replace", "targetLabel": "job", "replacement": job}
+def _selected(spec: Spec, source: str) -> list[dict]:
+    """Relabelings writing the `=` labels of `source`'s selector, `job` first (rules/promconfig.job_name)."""
+    selector = spec.selectors.of(source)
+    labels = {"job": job_name(selector, source), **{k: v for k, v in selector.labels.items() if k != "job"}}
+    return [{"action": "replace", "targetLabel": label, "replacement": value} for label, value in labels.items()]
 
 
 NODE = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
@@ -43,26 +48,27 @@ def _endpoint(spec: Spec, port: str, relabelings: list[dict], **extra) -> dict:
 
 
 def gpu_pod_monitor(spec: Spec) -> dict:
-    name, _port, job = COMPONENTS["gpu-exporter"]
+    name, _port, source = COMPONENTS["gpu-exporter"]
     # The exporter labels each GPU with the namespace/pod/container of the pod holding it (dcgm-exporter's
     # names); the target's own namespace/pod/container would clash (Prometheus renames the exported ones to
     # exported_*), so they are dropped: a GPU with no pod has no pod labels, not the exporter's.
-    relabel = [_job(job), NODE, {"action": "labeldrop", "regex": "namespace|pod|container"}]
+    relabel = [*_selected(spec, source), NODE, {"action": "labeldrop", "regex": "namespace|pod|container"}]
     return {"apiVersion": MONITORING, "kind": "PodMonitor", "metadata": _monitor_labels(spec, name, "gpu-exporter"),
             "spec": {"selector": {"matchLabels": selector_labels("gpu-exporter")},
                      "podMetricsEndpoints": [_endpoint(spec, "metrics", relabel)]}}
 
 
 def service_monitor(spec: Spec, component: str, port: str) -> dict:
-    name, _port, job = COMPONENTS[component]
+    name, _port, source = COMPONENTS[component]
     return {"apiVersion": MONITORING, "kind": "ServiceMonitor", "metadata": _monitor_labels(spec, name, component),
             "spec": {"selector": {"matchLabels": selector_labels(component)},
-                     "endpoints": [_endpoint(spec, port, [_job(job), NODE])]}}
+                     "endpoints": [_endpoint(spec, port, [*_selected(spec, source), NODE])]}}
 
 
 def triton_service_monitor(spec: Spec) -> dict:
     t = spec.kubernetes.triton
-    relabel = [_job("triton"), NODE, {"action": "replace", "targetLabel": "triton", "replacement": t.service}]
+    relabel = [*_selected(spec, "triton"), NODE,
+               {"action": "replace", "targetLabel": "triton", "replacement": t.service}]
     return {"apiVersion": MONITORING, "kind": "ServiceMonitor",
             "metadata": _monitor_labels(spec, "inferwatch-triton-server", "triton"),
             "spec": {"namespaceSelector": {"matchNames": [t.namespace]},
@@ -83,8 +89,11 @@ def collector_service_monitor(spec: Spec) -> dict:
 
 
 def monitors(spec: Spec) -> list[dict]:
-    return [gpu_pod_monitor(spec), triton_service_monitor(spec), collector_service_monitor(spec),
-            service_monitor(spec, "gateway", "metrics"), service_monitor(spec, "notifier", "http")]
+    """A monitor per source; none for the GPU when inferwatch's GPU exporter is not deployed
+    (`kubernetes.gpu_exporter: false`: dcgm-exporter's own monitor scrapes the GPUs)."""
+    gpu = [gpu_pod_monitor(spec)] if spec.kubernetes.gpu_exporter else []
+    return gpu + [triton_service_monitor(spec), collector_service_monitor(spec),
+                  service_monitor(spec, "gateway", "metrics"), service_monitor(spec, "notifier", "http")]
 
 
 # ---------------------------------------------------------------------------------- AlertmanagerConfig

@@ -20,12 +20,12 @@ PART_OF = "inferwatch"
 UID = 10001  # the Dockerfile's user
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 SPEC_CONFIGMAP = "inferwatch-spec"
-# component -> (object name, metrics port, job name the monitors give its series)
+# component -> (object name, metrics port, source: the spec selector its series are picked by)
 COMPONENTS = {
-    "gpu-exporter": ("inferwatch-gpu-exporter", 9400, "inferwatch-gpu"),
-    "gateway": ("inferwatch-gateway", 9402, "inferwatch-gateway"),
-    "triton-collector": ("inferwatch-triton-collector", 9401, "inferwatch-triton"),
-    "notifier": ("inferwatch-notifier", NOTIFIER_PORT, "inferwatch-notifier"),
+    "gpu-exporter": ("inferwatch-gpu-exporter", 9400, "gpu"),
+    "gateway": ("inferwatch-gateway", 9402, "gateway"),
+    "triton-collector": ("inferwatch-triton-collector", 9401, "triton_collector"),
+    "notifier": ("inferwatch-notifier", NOTIFIER_PORT, "notifier"),
 }
 GATEWAY_PORT = 8080
 # Secrets the user creates (README "Kubernetes ..."): one per pod that needs any, so each pod sees only its own.
@@ -121,7 +121,7 @@ def service(spec: Spec, component: str, ports: dict[str, int], *, name: str | No
 # ---------------------------------------------------------------------------------------------- workloads
 def gpu_exporter(spec: Spec, spec_text: str) -> list[dict]:
     k = spec.kubernetes
-    component, (name, port, _job) = "gpu-exporter", COMPONENTS["gpu-exporter"]
+    component, (name, port, _source) = "gpu-exporter", COMPONENTS["gpu-exporter"]
     env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
            # The NVIDIA container runtime then injects NVML and every GPU's device node without the pod
            # reserving a GPU (a monitoring pod must not take a GPU away from Triton).
@@ -131,7 +131,8 @@ def gpu_exporter(spec: Spec, spec_text: str) -> list[dict]:
     if k.pod_resources:
         mounts.append({"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True})
         volumes.append({"name": "pod-resources", "hostPath": {"path": POD_RESOURCES_DIR, "type": "Directory"}})
-    main = container(spec, component, ["exporter", "gpu", "--host", "0.0.0.0", "--port", str(port), "--nvml", "real"],
+    main = container(spec, component, ["exporter", "gpu", "--spec", SPEC_PATH, "--host", "0.0.0.0", "--port", str(port),
+                                       "--nvml", "real"],
                      {"metrics": port}, env=env, mounts=mounts, probe=_probe(port), run_as_root=k.pod_resources)
     extra: dict = {"nodeSelector": dict(k.gpu_node_selector), "tolerations": [dict(t) for t in k.gpu_tolerations]}
     if k.gpu_runtime_class:
@@ -146,7 +147,7 @@ def gpu_exporter(spec: Spec, spec_text: str) -> list[dict]:
 
 def gateway(spec: Spec, spec_text: str, upstream: str) -> list[dict]:
     k = spec.kubernetes
-    component, (name, port, _job) = "gateway", COMPONENTS["gateway"]
+    component, (name, port, _source) = "gateway", COMPONENTS["gateway"]
     replicas = k.workload(component).replicas
     main = container(spec, component, ["exporter", "gateway", "--upstream", upstream, "--host", "0.0.0.0",
                                        "--port", str(GATEWAY_PORT), "--metrics-port", str(port), "--spec", SPEC_PATH],
@@ -176,7 +177,7 @@ def gateway(spec: Spec, spec_text: str, upstream: str) -> list[dict]:
 
 
 def triton_collector(spec: Spec, spec_text: str, refs: SecretRefs) -> list[dict]:
-    component, (name, port, _job) = "triton-collector", COMPONENTS["triton-collector"]
+    component, (name, port, _source) = "triton-collector", COMPONENTS["triton-collector"]
     main = container(spec, component, ["exporter", "triton", "--spec", SPEC_PATH, "--host", "0.0.0.0",
                                        "--port", str(port)],
                      {"metrics": port}, env=_secret_env(COLLECTOR_SECRET, refs), mounts=_secret_mounts(refs),
@@ -193,7 +194,7 @@ def triton_collector(spec: Spec, spec_text: str, refs: SecretRefs) -> list[dict]
 
 def notifier(spec: Spec, spec_text: str, refs: SecretRefs) -> list[dict]:
     k = spec.kubernetes
-    component, (name, port, _job) = "notifier", COMPONENTS["notifier"]
+    component, (name, port, _source) = "notifier", COMPONENTS["notifier"]
     env = [{"name": "INFERWATCH_SPEC", "value": SPEC_PATH}, *_secret_env(NOTIFIER_SECRET, refs)]
     main = container(spec, component, ["notifier", "--spec", SPEC_PATH, "--host", "0.0.0.0", "--port", str(port),
                                        "--data-dir", OUTBOX_DIR],

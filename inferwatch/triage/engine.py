@@ -22,7 +22,8 @@ from inferwatch.triage.condition import ConditionError, judge as judge_condition
 from inferwatch.triage.evidence import Runbook
 from inferwatch.triage.scope import scoped
 from inferwatch.triage.sources import PrometheusSource, QueryResult
-from inferwatch.triage.thresholds import BUILTINS, Threshold, builtin, condition_value, query_form, resolve
+from inferwatch.triage.thresholds import (BUILTINS, Threshold, builtin, condition_value, query_form, resolve,
+                                          selector_params)
 
 __all__ = ["Evidence", "MatchedFinding", "UnjudgedFinding", "ConditionVerdict", "Judgement", "AlertTriage",
            "triage_alert", "judge", "format_value", "resolve_thresholds", "query_params", "BUILTIN_UNITS"]
@@ -207,7 +208,7 @@ def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None,
         result.error = f"no runbook page for {alert}"
         return result
     result.thresholds = resolve_thresholds(runbook, spec, labels, result.fault_time)
-    params = query_params(result.thresholds)
+    params = query_params(result.thresholds, spec)
     reasons = {t.name: t.reason for t in result.thresholds if t.value is None}
 
     def run(query) -> Evidence:
@@ -239,9 +240,11 @@ def resolve_thresholds(runbook: Runbook, spec: Spec, labels: Mapping[str, str], 
     return out + [builtin(name, spec, fault_time) for name in BUILTINS]
 
 
-def query_params(thresholds: list[Threshold]) -> dict[str, str]:
-    """`$name` → PromQL text for every threshold that resolved (see scope.scoped)."""
-    return {t.name: query_form(t.value) for t in thresholds if t.value is not None}
+def query_params(thresholds: list[Threshold], spec: Spec | None = None) -> dict[str, str]:
+    """`$name` → PromQL text for every threshold that resolved, and each source's `$<source>_selector` from
+    `spec` (default: the built-in defaults; see scope.scoped)."""
+    return {**selector_params(spec or Spec()),
+            **{t.name: query_form(t.value) for t in thresholds if t.value is not None}}
 
 
 def _fill(text: str, shown: Mapping[str, str]) -> str:

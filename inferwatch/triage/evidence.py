@@ -9,8 +9,9 @@ condition:                     # the alert rule's condition over the values belo
   when: queue_p95_seconds > queue_target_seconds
   summary: Queue P95 {queue_p95_seconds} against {queue_target_seconds}.
 queries:                       # name → PromQL; `{{ $labels.x }}` is replaced by the alert's label x,
-  queue_p95_seconds:           # `$name` by a threshold or built-in ($rate_window, $fault_time)
-    expr: max(nv_inference_queue_summary_us{quantile="0.95", model=~"{{ $labels.model }}"}) / 1e6
+  queue_p95_seconds:           # `$name` by a threshold, a built-in ($rate_window, $fault_time) or a source's
+                               # selector ($triton_selector: spec selectors.triton), inside a metric's braces
+    expr: max(nv_inference_queue_summary_us{$triton_selector, quantile="0.95", model=~"{{ $labels.model }}"}) / 1e6
     unit: seconds              # seconds | ratio | percent | count | per_second | celsius | bytes | mib | watts
     help: Triton P95 queue time of the model
 findings:                      # tried in order; every one that holds is reported, the first is the top
@@ -37,7 +38,7 @@ from pathlib import Path
 import yaml
 
 from inferwatch.triage.condition import ConditionError, compile_condition, names_in
-from inferwatch.triage.thresholds import BUILTINS, QUERY_PARAM
+from inferwatch.triage.thresholds import BUILTINS, QUERY_PARAM, SELECTOR_PARAMS
 
 __all__ = ["RunbookError", "EvidenceQuery", "Finding", "AlertCondition", "ThresholdRef", "Runbook",
            "load_runbook", "load_runbooks", "PLACEHOLDER", "UNITS", "default_runbook_dir"]
@@ -46,6 +47,7 @@ EVIDENCE_BLOCK = re.compile(r"^```yaml[ \t]+evidence[ \t]*\n(.*?)^```[ \t]*$", r
 PLACEHOLDER = re.compile(r"\{\{\s*\$labels\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # A placeholder must be the whole or part of a =~ matcher's string: label=~"...{{ $labels.x }}..."
 _IN_REGEX_MATCHER = re.compile(r'[=!]~\s*"[^"]*$')
+_IN_BRACES = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*\{[^{}]*$")  # after `metric{` and other matchers, before `}`
 UNITS = ("seconds", "ratio", "percent", "count", "per_second", "celsius", "bytes", "mib", "watts")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -157,8 +159,8 @@ def load_runbook(path: Path) -> Runbook:
         where = f"{path}: queries.{name}"
         if not isinstance(name, str) or not _NAME.match(name):
             raise RunbookError(f"{where}: names are lower_snake_case identifiers")
-        if name in thresholds or name in BUILTINS:
-            raise RunbookError(f"{where}: the name is already a threshold or built-in")
+        if name in thresholds or name in BUILTINS or name in SELECTOR_PARAMS.values():
+            raise RunbookError(f"{where}: the name is already a threshold, a built-in or a selector")
         if not isinstance(q, dict) or not isinstance(q.get("expr"), str) or not q["expr"].strip():
             raise RunbookError(f"{where}: needs an `expr` string")
         unit = q.get("unit", "count")
@@ -169,10 +171,15 @@ def load_runbook(path: Path) -> Runbook:
                 raise RunbookError(f"{where}: placeholder {m.group(0)} must sit inside a "
                                    f'=~"..." or !~"..." matcher')
         query = EvidenceQuery(name, q["expr"].strip(), unit, str(q.get("help", "")))
-        unknown = query.params - set(thresholds) - set(BUILTINS)
+        unknown = query.params - set(thresholds) - set(BUILTINS) - set(SELECTOR_PARAMS.values())
         if unknown:
             raise RunbookError(f"{where}: ${sorted(unknown)[0]} is neither a threshold of the page nor a "
-                               f"built-in ({', '.join(BUILTINS)})")
+                               f"built-in ({', '.join(BUILTINS)}) nor a selector "
+                               f"({', '.join('$' + p for p in SELECTOR_PARAMS.values())})")
+        for m in QUERY_PARAM.finditer(query.expr):
+            if m.group(1) in SELECTOR_PARAMS.values() and not _IN_BRACES.search(query.expr[:m.start()]):
+                raise RunbookError(f"{where}: ${m.group(1)} must sit inside a metric's braces, e.g. "
+                                   f"up{{${m.group(1)}}}")
         queries[name] = query
     known = set(queries) | set(thresholds) | set(BUILTINS)
     conditions = _conditions(path, data.get("condition"), known)
@@ -211,7 +218,7 @@ def _thresholds(path: Path, raw) -> dict[str, ThresholdRef]:
     out = {}
     for name, ref in raw.items():
         where = f"{path}: thresholds.{name}"
-        if not isinstance(name, str) or not _NAME.match(name) or name in BUILTINS:
+        if not isinstance(name, str) or not _NAME.match(name) or name in BUILTINS or name in SELECTOR_PARAMS.values():
             raise RunbookError(f"{where}: names are lower_snake_case identifiers other than {', '.join(BUILTINS)}")
         if isinstance(ref, str):
             ref = {"spec": ref}

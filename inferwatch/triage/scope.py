@@ -1,5 +1,5 @@
 """Scope a runbook query to one alert: replace `{{ $labels.x }}` with the alert's label value and `$name`
-with a threshold or built-in in its PromQL form (inferwatch.triage.thresholds).
+with a threshold, a built-in or a source's selector in its PromQL form (inferwatch.triage.thresholds).
 
 Values go into a PromQL regex matcher (`=~"..."`), so they are escaped twice: first as an RE2 literal,
 then as a PromQL double-quoted string. A label the alert does not carry becomes `.*` (all series), so a
@@ -12,13 +12,15 @@ import re
 from typing import Mapping
 
 from inferwatch.triage.evidence import PLACEHOLDER
-from inferwatch.triage.thresholds import QUERY_PARAM
+from inferwatch.spec import Spec
+from inferwatch.triage.thresholds import QUERY_PARAM, selector_params
 
 __all__ = ["scoped", "regex_literal", "DEFAULT_RATE_WINDOW"]
 
 _RE2_SPECIAL = re.compile(r"([\\.^$*+?{}\[\]|()])")
 _IN_NEGATIVE_MATCHER = re.compile(r'!~\s*"[^"]*$')
 DEFAULT_RATE_WINDOW = "5m"
+DEFAULT_SELECTORS = selector_params(Spec())
 
 
 def regex_literal(value: str) -> str:
@@ -29,10 +31,11 @@ def regex_literal(value: str) -> str:
 
 def scoped(expr: str, labels: Mapping[str, str], params: Mapping[str, str] | None = None) -> str:
     """`expr` with every label placeholder replaced by the escaped label value and every `$name` by
-    `params[name]` (PromQL text; `$rate_window` defaults to 5m). An absent label becomes `.*` in a `=~`
-    matcher (all series) and the empty string in a `!~` matcher (excludes only series without it).
+    `params[name]` (PromQL text; `$rate_window` defaults to 5m, `$<source>_selector` to the default selectors).
+    An absent label becomes `.*` in a `=~` matcher (all series) and the empty string in a `!~` matcher
+    (excludes only series without it).
     Raises KeyError for a `$name` not in `params`: resolve thresholds before scoping."""
-    params = {"rate_window": DEFAULT_RATE_WINDOW, **(params or {})}
+    params = {"rate_window": DEFAULT_RATE_WINDOW, **DEFAULT_SELECTORS, **(params or {})}
     expr = QUERY_PARAM.sub(lambda m: params[m.group(1)], expr)
 
     def repl(m: re.Match) -> str:

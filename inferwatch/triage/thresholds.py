@@ -9,7 +9,10 @@ override, then the layer default):
     layers.L2.models.{model}.queue_p95_seconds | layers.L2.queue_p95_seconds
 
 Built-in names every page may use: `rate_window` (prometheus.rate_window, the rules' rate() window) and
-`fault_time` (unix seconds of the fault: the alert's startsAt, else --at, else now).
+`fault_time` (unix seconds of the fault: the alert's startsAt, else --at, else now). In queries only, each
+source's selector (spec `selectors`): `$gpu_selector`, `$triton_selector`, `$triton_collector_selector`,
+`$gateway_selector`, `$notifier_selector`, written inside a metric's braces (`DCGM_FI_DEV_GPU_TEMP{$gpu_selector,
+UUID=~"..."}`) and replaced by the selector's matchers (`job="inferwatch-gpu"`).
 
 In a condition a value is a number (a duration in seconds); in a query `$name` is replaced by its PromQL
 form (a duration as `5m`, a number as `0.5`, a list as an RE2 alternation `48|63|64` for a `=~` matcher).
@@ -22,11 +25,15 @@ import re
 from typing import Any, Mapping
 
 from inferwatch.rules.builders import num, regex_alternation
+from inferwatch.selectors import SOURCES
 from inferwatch.spec import Duration, Spec
 
-__all__ = ["BUILTINS", "Threshold", "resolve", "query_form", "condition_value", "QUERY_PARAM"]
+__all__ = ["BUILTINS", "SELECTOR_PARAMS", "Threshold", "resolve", "query_form", "condition_value", "QUERY_PARAM",
+           "selector_params"]
 
 BUILTINS = ("rate_window", "fault_time")
+# Query-only parameters: source -> `$<source>_selector` (inferwatch.selectors.SOURCES).
+SELECTOR_PARAMS = {source: f"{source}_selector" for source in SOURCES}
 QUERY_PARAM = re.compile(r"\$(?!labels\b)([a-z][a-z0-9_]*)")  # not {{ $labels.x }}
 _LABEL = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -83,6 +90,11 @@ def _child(node: Any, segment: str) -> Any:
             if attr in {f.name for f in dataclasses.fields(node)}:
                 return getattr(node, attr)
     return None
+
+
+def selector_params(spec: Spec) -> dict[str, str]:
+    """`<source>_selector` -> the spec's selector text for that source (the matchers inside a metric's braces)."""
+    return {param: str(spec.selectors.of(source)) for source, param in SELECTOR_PARAMS.items()}
 
 
 def condition_value(value: Any) -> float | None:

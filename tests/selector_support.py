@@ -1,0 +1,29 @@
+"""Test support: selectors as the Prometheus Operator labels series (a PodMonitor's job is
+`<namespace>/<name>`; a ServiceMonitor's targets carry `namespace` and `service`), and the repository's spec
+with a given `selectors` section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from inferwatch.spec import Spec, spec_from_dict
+
+REPO = Path(__file__).resolve().parents[1]
+# The GPU Operator's dcgm-exporter and a Triton Service (the issue's two examples) first.
+OPERATOR = {
+    "gpu": 'job="gpu-operator/nvidia-dcgm-exporter"',
+    "triton": 'namespace="triton", service="triton-metrics"',
+    "triton_collector": 'namespace="monitoring", service="inferwatch-triton-collector"',
+    "gateway": 'namespace="monitoring", service="inferwatch-gateway"',
+    "notifier": 'namespace="monitoring", service="inferwatch-notifier"',
+}
+
+
+def spec_with(selectors: dict | None, raw: dict | None = None) -> Spec:
+    """The repository's inferwatch.yaml (or `raw`) with `selectors` as its selectors section."""
+    data = raw if raw is not None else yaml.safe_load((REPO / "inferwatch.yaml").read_text())
+    if selectors:
+        data = {**data, "selectors": dict(selectors)}
+    return spec_from_dict(data)
