@@ -87,7 +87,7 @@ async def _upstream_handler(request: web.Request) -> web.StreamResponse:
 def serve_upstream(port: int) -> None:
     _use_uvloop()
     app = web.Application()
-    app.router.add_post("/v2/models/toy_llm/generate_stream", _upstream_handler)
+    app.router.add_post("/v2/models/{model}/generate_stream", _upstream_handler)
     app.router.add_get("/ready", lambda _r: web.Response(text="ok"))
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
