@@ -44,6 +44,20 @@ UNMETERED_REASONS = ("encoding", "too_large")
 KNOWN_CODES = frozenset({str(int(s)) for s in http.HTTPStatus} | {"499"})
 
 
+def observe_counts(child, counts: list[int], total: float) -> None:
+    """Add to a Histogram child, in one write per non-empty bucket, the observations gathered as `counts`
+    (per bucket of the child's bounds, +Inf last: index bisect_left(bounds, value)) summing to `total`.
+
+    The same result as observe() once per value (the unit tests compare both), at a fraction of the writes:
+    under prometheus-client's multiprocess mode each write goes to a memory-mapped file. It uses the child's
+    `_buckets` and `_sum` values, which prometheus-client has no public bulk method for."""
+    buckets = child._buckets
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
+    child._sum.inc(total)
+
+
 def code_label(code: int | str | None) -> str:
     """The bounded `code` label value for an HTTP status or an upstream error object's code."""
     text = str(code).strip() if code is not None and not isinstance(code, bool) else ""
@@ -81,8 +95,9 @@ class GatewayMetrics:
                                            buckets=TOKENS_PER_SECOND_BUCKETS, registry=r)
         self.tokens = Counter("gateway_tokens", "Tokens metered (type=input|output), every outcome included: the "
                               "billing counter.", LABELS + ("type",), registry=r)
+        # livesum: with --workers, the sum over live workers (a dead worker's requests are no longer in flight).
         self.in_flight = Gauge("gateway_requests_in_flight", "LLM requests in progress at the gateway.", LABELS,
-                               registry=r)
+                               registry=r, multiprocess_mode="livesum")
         self.count_method = Counter("gateway_token_count_method", "Requests by how their output tokens were counted "
                                     "(usage|count_field exact, events counted).", ("model", "method"), registry=r)
         self.unmetered = Counter("gateway_unmetered_responses", "LLM answers forwarded without being read, so their "
