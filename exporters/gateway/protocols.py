@@ -126,10 +126,11 @@ class TritonEvents(_Reader):
         if type(data) is ErrorEvent:
             self._error_event(data)
             return
-        doc = _is_error(data)
-        if doc is not None:
-            self._fail(doc)
-            return
+        if b'"error"' in data:  # most events never mention it: parse only those that do
+            doc = _is_error(data)
+            if doc is not None:
+                self._fail(doc)
+                return
         total = _int_after(data, COUNT_FIELD)
         if total is not None:
             n = total - self._cumulative

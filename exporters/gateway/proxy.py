@@ -213,8 +213,10 @@ class Proxy:
             perf = time.perf_counter
             for data in head:
                 await write(data)
-            # iter_any: whatever the socket delivered, at once — one SSE event per read in the usual case.
-            async for data in upstream.content.iter_any():
+            # readany: whatever the socket delivered, at once — one SSE event per read in the usual case
+            # (iter_any() without its iterator layer: this loop runs once per event); b"" is the end.
+            readany = upstream.content.readany
+            while data := await readany():
                 now = perf()
                 await write(data)
                 if chunk is not None:
