@@ -324,12 +324,12 @@ class Proxy:
                     raise ConnectionResetError("client gone")
                 if relay.transport.get_write_buffer_size() <= _RESUME_BYTES:
                     relay.full = False
-                    resp.last_read = loop.time()
+                    resp.last_read = time.perf_counter()
                     resp.resume()
                     continue
                 await asyncio.wait((done,), timeout=_PAUSED_POLL_S)
                 continue
-            wait = resp.last_read + self.timeout_s - loop.time()
+            wait = resp.last_read + self.timeout_s - time.perf_counter()
             if wait <= 0:
                 raise asyncio.TimeoutError
             relay.filled = loop.create_future()  # set by the relay when the client's buffer fills up
@@ -381,14 +381,12 @@ class _Relay:
         self.filled: asyncio.Future | None = None  # the handler waits on it while the client keeps up
 
     def write(self, data: bytes) -> bool:
-        now = time.perf_counter()
+        self.resp.last_read = now = time.perf_counter()
         transport = self.transport
         if transport.is_closing():
             return self._fill()  # the client is gone: stop reading (the handler is cancelled, or sees it)
-        if self.framed:
-            transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
-        else:
-            transport.write(data)
+        # One buffer, one write: a small event costs less copied once than as three buffers.
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.framed else data)
         if self.chunk is not None:
             self.chunk(data, now)
         if transport.get_write_buffer_size() > _PAUSE_BYTES:

@@ -4,6 +4,7 @@ a forked child, off this loop: exposition.py)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -80,6 +81,9 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int | None, me
                      proxy.upstream, metrics_host or host, metrics_port)
         else:
             log.info("gateway worker %d: proxy on http://%s:%d -> %s", os.getpid(), host, port, proxy.upstream)
+        # Everything built so far (registry, app, parsers) lives as long as the process: leave it out of the
+        # collector's full scans, which a streamed event's garbage would otherwise trigger over it.
+        gc.freeze()
         if on_ready is not None:
             on_ready(port, metrics_port)
         if stop is None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from typing import Callable
 
 import httptools
@@ -40,7 +41,8 @@ class UpstreamError(Exception):
 class Response:
     """One upstream response in progress. `status`, `reason` and `headers` ([(name, value)] as str, as sent)
     are set once `head` is done; `done` completes when the message ends (None) or fails (UpstreamError,
-    asyncio.TimeoutError). `content_length` is the upstream's, or None."""
+    asyncio.TimeoutError). `content_length` is the upstream's, or None. `last_read`: time.perf_counter() of
+    the last body read (in relay mode, stamped by the relay's write)."""
 
     __slots__ = ("status", "reason", "headers", "content_length", "head", "done", "_parts", "_more", "_write",
                  "_conn", "last_read")
@@ -56,7 +58,7 @@ class Response:
         self._more: asyncio.Future | None = None
         self._write: Callable[[bytes], bool] | None = None
         self._conn = conn
-        self.last_read = loop.time()
+        self.last_read = time.perf_counter()  # the relay's clock (it stamps each read for the meter too)
 
     # ---------------------------------------------------------------- the handler's side
     async def read(self) -> bytes:
@@ -96,12 +98,12 @@ class Response:
 
     # ---------------------------------------------------------------- the connection's side
     def _body(self, data: bytes) -> None:
-        self.last_read = self._conn.loop.time()
         write = self._write
         if write is not None:
-            if write(data):
+            if write(data):  # stamps last_read
                 self._conn.pause()
             return
+        self.last_read = time.perf_counter()
         self._parts.append(data)
         if len(self._parts) > 64:
             self._conn.pause()  # queue mode: the handler reads; keep at most this many reads ahead
