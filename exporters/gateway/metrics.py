@@ -117,7 +117,7 @@ class Series:
     """Children of every family for one (tenant, model, tier): label lookups happen once, not per token."""
 
     __slots__ = ("metrics", "key", "duration", "upstream_duration", "ttft", "itl", "tpot", "output_tokens",
-                 "tokens_per_second", "_tokens", "in_flight")
+                 "tokens_per_second", "_tokens", "in_flight", "_requests", "_methods")
 
     def __init__(self, metrics: GatewayMetrics, key: tuple[str, str, str]):
         self.metrics = metrics
@@ -131,10 +131,19 @@ class Series:
         self.tokens_per_second = metrics.tokens_per_second.labels(*key)
         # Token counters are created on first use: a series never told a count has no sample (not 0).
         self._tokens: dict[str, Counter] = {}
+        # Children of the per-request counters, found once (a label lookup takes the family's lock).
+        self._requests: dict[tuple, Counter] = {}
+        self._methods: dict[str, Counter] = {}
         self.in_flight = metrics.in_flight.labels(*key)
 
     def count_request(self, code: int | str, outcome: str) -> None:
-        self.metrics.requests.labels(*self.key, code_label(code), outcome).inc()
+        key = (code, outcome)
+        child = self._requests.get(key)
+        if child is None:  # bounded: codes fold to KNOWN_CODES | {"other"}, outcomes are four
+            if len(self._requests) > 256:
+                self._requests.clear()  # raw codes that fold alike (other) do not grow it without end
+            child = self._requests[key] = self.metrics.requests.labels(*self.key, code_label(code), outcome)
+        child.inc()
 
     def add_tokens(self, kind: str, n: int) -> None:
         """Add `n` tokens of `kind` (input|output) to gateway_tokens_total."""
@@ -147,4 +156,7 @@ class Series:
         self.metrics.unmetered.labels(self.key[1], reason).inc()
 
     def count_method(self, method: str) -> None:
-        self.metrics.count_method.labels(self.key[1], method).inc()
+        child = self._methods.get(method)
+        if child is None:
+            child = self._methods[method] = self.metrics.count_method.labels(self.key[1], method)
+        child.inc()

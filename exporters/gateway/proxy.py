@@ -195,9 +195,10 @@ class Proxy:
             return self._fail(ex, 502, "error", "upstream unavailable",
                               detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
         resp = conn.send(head, body)
+        # One timer, cancelled when the head arrives (cheaper than a timeout context per request).
+        timer = asyncio.get_running_loop().call_later(self.timeout_s, resp.expire)
         try:
-            async with asyncio.timeout(self.timeout_s):
-                await resp.head
+            await resp.head
         except asyncio.CancelledError:
             resp.close()
             ex.finish("cancelled", CLIENT_CLOSED)
@@ -208,6 +209,8 @@ class Proxy:
         except UpstreamError as exc:
             resp.close()
             return self._fail(ex, 502, "error", "upstream unavailable", detail=f"{self.upstream}: {exc}")
+        finally:
+            timer.cancel()
         headers_out = _response_headers(resp.headers)
         ex.response_start(resp.status, headers_out.get("Content-Type"), headers_out.get("Content-Encoding"))
         if not ex.sse:

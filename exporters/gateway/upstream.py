@@ -89,6 +89,11 @@ class Response:
     def resume(self) -> None:
         self._conn.resume()
 
+    def expire(self) -> None:
+        """No head in time: the waiter of `head` gets asyncio.TimeoutError (the caller closes)."""
+        if not self.head.done():
+            self._fail(asyncio.TimeoutError())
+
     def close(self) -> None:
         """Drop the connection if this response is still on it (the exchange was abandoned: the upstream
         stops its work). A response that ended already left its connection to the pool: nothing to do."""

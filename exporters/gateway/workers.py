@@ -15,8 +15,9 @@ How:
   live workers only). A worker's counters outlive it, so totals never go backwards;
 - `process_cpu_seconds_total` and `process_resident_memory_bytes` are the sums over the parent and the live
   workers (the gateway's whole cost); `gateway_workers` is the number of live workers.
-- a worker that exits is not replaced: the gateway logs it, stops the others and exits 1, so that its
-  supervisor (Kubernetes, systemd) restarts it whole (a half-sized gateway would hide the fault);
+- a worker that fails is not replaced: the gateway logs it, stops the others and exits 1, so that its
+  supervisor (Kubernetes, systemd) restarts it whole (a half-sized gateway would hide the fault); a worker
+  that stopped cleanly (SIGTERM sent to the whole process group) stops the gateway with exit code 0;
 - SIGTERM/SIGINT to the parent stops the workers (each closes its connections as the single-process
   gateway does) and then the parent.
 The usage log is opened by each worker in append mode; one record is one write, so lines never mix.
@@ -163,9 +164,13 @@ def _parent(live: set[int], count: int, ready_r: int, directory: str, serve_metr
         nonlocal failed
         while not stop.is_set():
             for pid, status in _reap(live, directory):
-                log.error("gateway worker (pid %d) exited (%s): stopping the gateway so that its supervisor "
-                          "restarts it whole", pid, _describe(status))
-                failed = True
+                if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+                    # Only a stop request ends a worker cleanly (a SIGTERM sent to the whole process group).
+                    log.info("gateway worker (pid %d) stopped: stopping the gateway", pid)
+                else:
+                    log.error("gateway worker (pid %d) exited (%s): stopping the gateway so that its "
+                              "supervisor restarts it whole", pid, _describe(status))
+                    failed = True
                 stop.set()
             try:
                 await asyncio.wait_for(stop.wait(), 0.2)
