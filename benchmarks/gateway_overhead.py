@@ -14,9 +14,10 @@ Phases of one run:
    processes' CPU from /proc ÷ events) and nginx's in the same phase;
 2. the 64-stream phase again with the gateway's /metrics scraped every --scrape-interval seconds (as
    Prometheus would), with --tenants tenants' series warmed up (a production-sized page);
-3. references for the CPU figure, one path at a time at 64 streams: the same gateway process forwarding an
-   unmetered path (what aiohttp's client and server cost without metering) and a byte pipe on uvloop's
-   protocols (no HTTP, no metering: the floor of a Python relay on this machine);
+3. references at 64 streams, one path at a time next to direct (CPU per event and added TTFT): the same
+   gateway process forwarding an unmetered path (aiohttp's client and server, which the gateway keeps for
+   unmetered requests, without metering) and a byte pipe on uvloop's protocols (no HTTP, no metering: the
+   floor of a Python hop on this machine);
 4. saturation (--saturate seconds, 0 to skip): --streams closed-loop streams with no token delay, direct,
    then through the gateway, then nginx: tokens/s ratios when the upstream runs flat out on the same cores;
 5. LiteLLM's proxy (`litellm[proxy]`, from .venv-litellm when it exists) in front of the same upstream's
@@ -441,13 +442,17 @@ def one_run(args, urls: dict, pids: dict, metrics_url: str, litellm_url: str | N
         "metrics_bytes": scrapes[-1][1] if scrapes else None,
     })
 
-    # CPU references, one path alone at 64 streams: the gateway forwarding an unmetered path, the byte pipe.
+    # References at 64 streams, each path next to direct: the same gateway process forwarding an unmetered
+    # path (aiohttp's client and server, no metering), and the byte pipe (the floor of a Python hop).
     for name, url, pid in (("unmetered_relay", urls["relay"], pids["gateway"]), ("byte_pipe", urls["pipe"], pids["pipe"])):
         cpu0 = cpu_seconds(pid)
-        results, _, _ = asyncio.run(latency_phase({name: url}, body, stream_s, 64, args.reference_duration,
-                                                  args.tenants))
+        results, _, _ = asyncio.run(latency_phase({"direct": urls["direct"], name: url}, body, stream_s, 64,
+                                                  args.reference_duration, args.tenants))
         rows = results[name]
         figures[f"{name}_cpu_ms_per_1k_events"] = cpu_per_1k(pid, sum(r[2] for r in rows), cpu0)
+        s = summarise(results, "ref/64")
+        for q in ("p50", "p99"):
+            figures[f"{name}_added_ttft_{q}_ms"] = added(s, name, f"ttft_{q}_ms")
         print(f"reference  {name:16s} CPU per 1000 events {figures[f'{name}_cpu_ms_per_1k_events']} ms",
               file=sys.stderr)
 

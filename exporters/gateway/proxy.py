@@ -1,4 +1,6 @@
-"""The streaming reverse proxy: aiohttp server in front, aiohttp client to the upstream.
+"""The streaming reverse proxy: aiohttp server in front; to the upstream, metered (LLM) requests go through
+the lean client of upstream.py (each read relayed and metered from its parser callback: the hot path) and
+every other request through aiohttp's client.
 
 Responses reach the client byte-for-byte (no decompression, no re-encoding) and each read from the upstream
 is written to the client at once, before it is metered, so a stream is never buffered. Non-streamed LLM
