@@ -8,7 +8,7 @@ APT_PACKAGES := prometheus prometheus-alertmanager docker-compose
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: test test-fast demo install system-deps bench aiperf-venv generate check-generated clean
+.PHONY: test test-fast demo install system-deps bench aiperf-venv litellm-venv generate check-generated clean
 
 install: $(STAMP)
 
@@ -53,6 +53,13 @@ aiperf-venv: .venv-aiperf/bin/aiperf
 .venv-aiperf/bin/aiperf:
 	$(PYTHON) -m venv .venv-aiperf
 	.venv-aiperf/bin/pip install --quiet 'aiperf==0.13.0' 'tokenizers>=0.20'
+
+# LiteLLM's proxy, the metering gateway benchmarks/gateway_overhead.py compares against when this venv exists.
+litellm-venv: .venv-litellm/bin/litellm
+
+.venv-litellm/bin/litellm:
+	$(PYTHON) -m venv .venv-litellm
+	.venv-litellm/bin/pip install --quiet 'litellm[proxy]'
 
 generate: install
 	$(BIN)/inferwatch generate

@@ -496,8 +496,7 @@ def litellm_process(work: Path, up_port: int, port: int, key: str) -> tuple[Mana
     `key`: its master key (it refuses to start without one), sent by the client as a bearer token."""
     binary = LITELLM_VENV / "bin" / "litellm"
     if not binary.exists():
-        return None, (f"{LITELLM_VENV.name} not found: python3 -m venv {LITELLM_VENV.name} && "
-                      f"{LITELLM_VENV.name}/bin/pip install 'litellm[proxy]'")
+        return None, f"{LITELLM_VENV.name} not found: make litellm-venv"
     (work / "litellm.yaml").write_text(LITELLM_CONF.format(up=up_port))
     # The bundled model cost map, no telemetry: nothing leaves the machine.
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False", LITELLM_LOG="ERROR",
