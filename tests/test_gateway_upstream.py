@@ -183,3 +183,17 @@ def test_http10_client_gets_the_body_unframed():
     finally:
         proxy.stop()
         up.close()
+
+
+@pytest.mark.parametrize("base,host", [("http://127.0.0.1:8000", "127.0.0.1:8000"), ("http://[::1]:8000", "[::1]:8000"),
+                                       ("http://triton:8000", "triton:8000"), ("http://triton:80", "triton"),
+                                       ("https://llm.example", "llm.example")])
+def test_host_header_of_the_upstream(base, host):
+    import asyncio
+
+    from inferwatch.exporters.gateway.upstream import Pool
+
+    async def header():
+        return Pool(base, 1.0).host_header
+
+    assert asyncio.run(header()) == host

@@ -257,7 +257,7 @@ class Pool:
         self.host = url.host
         self.port = url.port
         self.ssl = ssl.create_default_context() if url.scheme == "https" else None
-        self.host_header = url.raw_host if url.is_default_port() else f"{url.raw_host}:{url.port}"
+        self.host_header = url.host_port_subcomponent  # brackets an IPv6 address, omits a default port
         self.connect_timeout = connect_timeout
         self.loop = asyncio.get_running_loop()
         self._idle: list[Connection] = []
