@@ -59,6 +59,8 @@ class RequestMeter:
 
     `streamed` decides whether TTFT/ITL/TPOT apply. `exact_output_tokens` (set from the upstream's own count)
     replaces the counted total when the request finishes. Calling `finish` twice records once.
+    ITL observations reach the histogram in bulk: when the request finishes, and at least every ITL_FLUSH_S
+    seconds while it streams (so a running stream's ITL shows on /metrics at most that late).
     """
 
     __slots__ = ("series", "streamed", "clock", "started", "first_token_at", "last_token_at", "counted_tokens",
