@@ -81,9 +81,6 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int | None, me
                      proxy.upstream, metrics_host or host, metrics_port)
         else:
             log.info("gateway worker %d: proxy on http://%s:%d -> %s", os.getpid(), host, port, proxy.upstream)
-        # Everything built so far (registry, app, parsers) lives as long as the process: leave it out of the
-        # collector's full scans, which a streamed event's garbage would otherwise trigger over it.
-        gc.freeze()
         if on_ready is not None:
             on_ready(port, metrics_port)
         if stop is None:
@@ -126,7 +123,10 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_forever(proxy: Proxy, host: str, port: int, metrics_port: int | None, **kwargs) -> None:
-    """Run `serve` (same arguments) on a new event loop until SIGINT/SIGTERM."""
+    """Run `serve` (same arguments) on a new event loop until SIGINT/SIGTERM, as the process's owner."""
+    # Everything built so far (modules, spec, registry) lives as long as the process: leave it out of the
+    # garbage collector's full scans, which a streamed event's garbage would otherwise trigger over it.
+    gc.freeze()
     loop = new_event_loop()
     try:
         loop.run_until_complete(serve(proxy, host, port, metrics_port, **kwargs))
