@@ -8,7 +8,7 @@ APT_PACKAGES := prometheus prometheus-alertmanager docker-compose
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: test test-fast demo install system-deps bench generate check-generated clean
+.PHONY: test test-fast demo install system-deps bench aiperf-venv litellm-venv generate check-generated clean
 
 install: $(STAMP)
 
@@ -46,8 +46,23 @@ bench: install system-deps
 	@for b in benchmarks/*.py; do case $$b in */triton_capture.py|*/triton_replay.py) continue;; esac; \
 	  echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
+# NVIDIA AIPerf for benchmarks/gateway_aiperf.py, in its own venv: its dependencies (transformers, pydantic,
+# zmq) stay out of .venv, and `make test` never needs it. The script creates it too when missing.
+aiperf-venv: .venv-aiperf/bin/aiperf
+
+.venv-aiperf/bin/aiperf:
+	$(PYTHON) -m venv .venv-aiperf
+	.venv-aiperf/bin/pip install --quiet 'aiperf==0.13.0' 'tokenizers>=0.20'
+
+# LiteLLM's proxy, the metering gateway benchmarks/gateway_overhead.py compares against when this venv exists.
+litellm-venv: .venv-litellm/bin/litellm
+
+.venv-litellm/bin/litellm:
+	$(PYTHON) -m venv .venv-litellm
+	.venv-litellm/bin/pip install --quiet 'litellm[proxy]'
+
 generate: install
 	$(BIN)/inferwatch generate
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache
+	rm -rf $(VENV) .venv-aiperf .venv-litellm .demo .pytest_cache

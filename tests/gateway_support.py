@@ -196,7 +196,8 @@ class GatewayProcess:
     """`inferwatch -v exporter gateway` as a child process (the real CLI, uvloop and all) in front of
     `upstream`, with `spec` (a dict) written to a file, a usage log, and all its output in one log file."""
 
-    def __init__(self, upstream: str, spec: dict, workdir, verbose: bool = True):
+    def __init__(self, upstream: str, spec: dict, workdir, verbose: bool = True, extra_args: tuple = (),
+                 env: dict | None = None):
         import sys
 
         import yaml
@@ -213,8 +214,10 @@ class GatewayProcess:
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         argv = [sys.executable, "-m", "inferwatch.cli"] + (["-v"] if verbose else []) + [
             "exporter", "gateway", "--upstream", upstream, "--port", str(self.port),
-            "--metrics-port", str(self.metrics_port), "--spec", str(spec_path), "--usage-log", str(self.usage_path)]
-        self.process = ManagedProcess("gateway", argv, self.log_path, ready=lambda: http_ok(self.metrics_url))
+            "--metrics-port", str(self.metrics_port), "--spec", str(spec_path), "--usage-log", str(self.usage_path),
+            *extra_args]
+        self.process = ManagedProcess("gateway", argv, self.log_path, ready=lambda: http_ok(self.metrics_url),
+                                      env=env)
         self.process.start(timeout=60)
         self.pid = self.process.proc.pid
 

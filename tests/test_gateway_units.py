@@ -243,3 +243,28 @@ def test_unknown_input_count_has_no_sample():
     assert (usage.input_tokens, usage.output_tokens) == (None, 2)
     v = lambda t: metrics.registry.get_sample_value("gateway_tokens_total", {**LABELS, "type": t})  # noqa: E731
     assert (v("input"), v("output")) == (None, 2)
+
+
+def test_bulk_itl_writes_equal_one_observe_per_value():
+    """observe_counts (ITL written in bulk per request) leaves the same samples as observe() per value;
+    it uses prometheus-client's histogram internals, so this fails if those change."""
+    import bisect
+
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from inferwatch.exporters.gateway.metrics import observe_counts
+
+    values = [0.0, 0.0005, 0.0007, 0.01, 0.0123, 0.5, 79.0, 80.0, 81.0, 1e9]
+    one, bulk = CollectorRegistry(), CollectorRegistry()
+    each = Histogram("itl_seconds", "x", buckets=ITL_BUCKETS, registry=one)
+    for v in values:
+        each.observe(v)
+    counts = [0] * (len(ITL_BUCKETS) + 1)
+    for v in values:
+        counts[bisect.bisect_left(ITL_BUCKETS, v)] += 1
+    observe_counts(Histogram("itl_seconds", "x", buckets=ITL_BUCKETS, registry=bulk), counts, sum(values))
+    got = {s.name + str(sorted(s.labels.items())): s.value for m in bulk.collect() for s in m.samples
+           if not s.name.endswith("_created")}
+    want = {s.name + str(sorted(s.labels.items())): s.value for m in one.collect() for s in m.samples
+            if not s.name.endswith("_created")}
+    assert got == pytest.approx(want)

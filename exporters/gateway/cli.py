@@ -25,6 +25,10 @@ def register(subparsers) -> None:
     p.add_argument("--metrics-port", type=port, default=9402,
                    help="port serving /metrics on the same --host, 1-65535 (default 9402)")
     add_spec_arg(p)
+    p.add_argument("--workers", type=_workers, default=1, metavar="N",
+                   help="proxy processes sharing --port (SO_REUSEPORT), 1-64 (default 1). With N > 1 the main "
+                        "process serves /metrics, summed over the workers (prometheus-client multiprocess "
+                        "mode), and carries no traffic; a worker that dies stops the gateway (exit 1)")
     p.add_argument("--usage-log", metavar="FILE", default=None,
                    help="append one JSON line per finished LLM request (tenant, model, tokens, outcome): the "
                         "per-request billing record; '-' for stdout (default: off)")
@@ -47,9 +51,33 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--usage-log: cannot open {args.usage_log}: {exc.strerror}") from None
         sink = usage_writer(stream)
-    proxy = Proxy(Gateway(spec, usage_sink=sink), args.upstream)
-    run_forever(proxy, args.host, args.port, args.metrics_port)
-    return 0
+    if args.workers == 1:
+        run_forever(Proxy(Gateway(spec, usage_sink=sink), args.upstream), args.host, args.port, args.metrics_port)
+        return 0
+    import asyncio
+
+    from inferwatch.exporters.gateway.server import serve_metrics
+    from inferwatch.exporters.gateway.workers import run_workers, worker_ready
+
+    def start_worker() -> None:
+        # Built in the worker, after the fork: its metrics must be the multiprocess kind (workers.py).
+        proxy = Proxy(Gateway(spec, usage_sink=sink), args.upstream)
+        run_forever(proxy, args.host, args.port, None, reuse_port=True, on_ready=lambda *_: worker_ready())
+
+    def metrics(registry, stop: asyncio.Event):
+        return serve_metrics(registry, args.host, args.metrics_port, stop)
+
+    return run_workers(args.workers, start_worker, metrics)
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of workers 1-64, got {text!r}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"expected a number of workers 1-64, got {value}")
+    return value
 
 
 def check_upstream(url: str) -> None:

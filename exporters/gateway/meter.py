@@ -18,10 +18,15 @@ Definitions (research/llm_metrics.md §3, §4.2, §7):
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import time
 
-from inferwatch.exporters.gateway.metrics import Series
+from inferwatch.exporters.gateway.metrics import ITL_BUCKETS, Series, observe_counts
+
+# ITL observations are gathered per request and written in bulk (one write per bucket used) when the request
+# ends, and at least this often while a long stream runs, so /metrics lags a running stream by at most this.
+ITL_FLUSH_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,11 +59,13 @@ class RequestMeter:
 
     `streamed` decides whether TTFT/ITL/TPOT apply. `exact_output_tokens` (set from the upstream's own count)
     replaces the counted total when the request finishes. Calling `finish` twice records once.
+    ITL observations reach the histogram in bulk: when the request finishes, and at least every ITL_FLUSH_S
+    seconds while it streams (so a running stream's ITL shows on /metrics at most that late).
     """
 
     __slots__ = ("series", "streamed", "clock", "started", "first_token_at", "last_token_at", "counted_tokens",
                  "exact_output_tokens", "input_tokens", "method", "upstream_started", "upstream_duration",
-                 "finished", "unmetered", "error_code", "error_type")
+                 "finished", "unmetered", "error_code", "error_type", "_itl", "_itl_sum", "_itl_written")
 
     def __init__(self, series: Series, streamed: bool, clock=time.perf_counter, started: float | None = None):
         self.series = series
@@ -77,6 +84,9 @@ class RequestMeter:
         self.unmetered: str | None = None
         self.error_code: int | str | None = None
         self.error_type: str | None = None
+        self._itl: list[int] | None = None  # ITL observations not yet written, per bucket (+Inf last)
+        self._itl_sum = 0.0
+        self._itl_written = self.started
         series.in_flight.inc()
 
     def tokens(self, n: int, now: float | None = None) -> None:
@@ -90,13 +100,24 @@ class RequestMeter:
                 self.series.ttft.observe(now - self.started)
         elif self.streamed:
             per_token = (now - self.last_token_at) / n
-            observe = self.series.itl.observe
-            for _ in range(n):
-                observe(per_token)
+            counts = self._itl
+            if counts is None:
+                counts = self._itl = [0] * (len(ITL_BUCKETS) + 1)
+            counts[bisect.bisect_left(ITL_BUCKETS, per_token)] += n
+            self._itl_sum += per_token * n
+            if now - self._itl_written >= ITL_FLUSH_S:
+                self._write_itl(now)
         self.last_token_at = now
         self.counted_tokens += n
         if self.method is None:
             self.method = "events"
+
+    def _write_itl(self, now: float) -> None:
+        if self._itl is not None:
+            observe_counts(self.series.itl, self._itl, self._itl_sum)
+            self._itl = None
+            self._itl_sum = 0.0
+        self._itl_written = now
 
     def set_exact_output_tokens(self, total: int, method: str) -> None:
         """The upstream's own count of all output tokens so far (cumulative); `method`: usage|count_field."""
@@ -135,6 +156,7 @@ class RequestMeter:
         self.finished = True
         now = self.clock() if now is None else now
         s = self.series
+        self._write_itl(now)
         s.in_flight.dec()
         duration = now - self.started
         s.duration.observe(duration)

@@ -44,6 +44,20 @@ UNMETERED_REASONS = ("encoding", "too_large")
 KNOWN_CODES = frozenset({str(int(s)) for s in http.HTTPStatus} | {"499"})
 
 
+def observe_counts(child, counts: list[int], total: float) -> None:
+    """Add to a Histogram child, in one write per non-empty bucket, the observations gathered as `counts`
+    (per bucket of the child's bounds, +Inf last: index bisect_left(bounds, value)) summing to `total`.
+
+    The same result as observe() once per value (the unit tests compare both), at a fraction of the writes:
+    under prometheus-client's multiprocess mode each write goes to a memory-mapped file. It uses the child's
+    `_buckets` and `_sum` values, which prometheus-client has no public bulk method for."""
+    buckets = child._buckets
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
+    child._sum.inc(total)
+
+
 def code_label(code: int | str | None) -> str:
     """The bounded `code` label value for an HTTP status or an upstream error object's code."""
     text = str(code).strip() if code is not None and not isinstance(code, bool) else ""
@@ -81,8 +95,9 @@ class GatewayMetrics:
                                            buckets=TOKENS_PER_SECOND_BUCKETS, registry=r)
         self.tokens = Counter("gateway_tokens", "Tokens metered (type=input|output), every outcome included: the "
                               "billing counter.", LABELS + ("type",), registry=r)
+        # livesum: with --workers, the sum over live workers (a dead worker's requests are no longer in flight).
         self.in_flight = Gauge("gateway_requests_in_flight", "LLM requests in progress at the gateway.", LABELS,
-                               registry=r)
+                               registry=r, multiprocess_mode="livesum")
         self.count_method = Counter("gateway_token_count_method", "Requests by how their output tokens were counted "
                                     "(usage|count_field exact, events counted).", ("model", "method"), registry=r)
         self.unmetered = Counter("gateway_unmetered_responses", "LLM answers forwarded without being read, so their "
@@ -102,7 +117,7 @@ class Series:
     """Children of every family for one (tenant, model, tier): label lookups happen once, not per token."""
 
     __slots__ = ("metrics", "key", "duration", "upstream_duration", "ttft", "itl", "tpot", "output_tokens",
-                 "tokens_per_second", "_tokens", "in_flight")
+                 "tokens_per_second", "_tokens", "in_flight", "_requests", "_methods")
 
     def __init__(self, metrics: GatewayMetrics, key: tuple[str, str, str]):
         self.metrics = metrics
@@ -116,10 +131,19 @@ class Series:
         self.tokens_per_second = metrics.tokens_per_second.labels(*key)
         # Token counters are created on first use: a series never told a count has no sample (not 0).
         self._tokens: dict[str, Counter] = {}
+        # Children of the per-request counters, found once (a label lookup takes the family's lock).
+        self._requests: dict[tuple, Counter] = {}
+        self._methods: dict[str, Counter] = {}
         self.in_flight = metrics.in_flight.labels(*key)
 
     def count_request(self, code: int | str, outcome: str) -> None:
-        self.metrics.requests.labels(*self.key, code_label(code), outcome).inc()
+        key = (code, outcome)
+        child = self._requests.get(key)
+        if child is None:  # bounded: codes fold to KNOWN_CODES | {"other"}, outcomes are four
+            if len(self._requests) > 256:
+                self._requests.clear()  # raw codes that fold alike (other) do not grow it without end
+            child = self._requests[key] = self.metrics.requests.labels(*self.key, code_label(code), outcome)
+        child.inc()
 
     def add_tokens(self, kind: str, n: int) -> None:
         """Add `n` tokens of `kind` (input|output) to gateway_tokens_total."""
@@ -132,4 +156,7 @@ class Series:
         self.metrics.unmetered.labels(self.key[1], reason).inc()
 
     def count_method(self, method: str) -> None:
-        self.metrics.count_method.labels(self.key[1], method).inc()
+        child = self._methods.get(method)
+        if child is None:
+            child = self._methods[method] = self.metrics.count_method.labels(self.key[1], method)
+        child.inc()

@@ -25,6 +25,7 @@ may never send it.
 from __future__ import annotations
 
 import json
+import re
 
 from inferwatch.exporters.gateway.meter import RequestMeter
 from inferwatch.exporters.gateway.routes import Route
@@ -40,19 +41,15 @@ NOT_OUTPUT = frozenset(("role",))
 def _int_after(data: bytes, field: bytes) -> int | None:
     """The integer that follows `"field":` in JSON bytes (scalar or first array element), without parsing JSON.
 
-    Safe because a key with its quotes and colon cannot occur unescaped inside a JSON string.
-    """
+    Safe because a key with its quotes and colon cannot occur unescaped inside a JSON string."""
     i = data.find(field)
     if i < 0:
         return None
-    i += len(field)
-    n = len(data)
-    while i < n and data[i] in b" [":
-        i += 1
-    j = i
-    while j < n and 48 <= data[j] <= 57:
-        j += 1
-    return int(data[i:j]) if j > i else None
+    m = _DIGITS_AT.match(data, i + len(field))  # a C match where the value starts: this runs once per event
+    return int(m.group(1)) if m else None
+
+
+_DIGITS_AT = re.compile(rb"[ \[]*(\d+)")
 
 
 class _Reader:
@@ -126,10 +123,11 @@ class TritonEvents(_Reader):
         if type(data) is ErrorEvent:
             self._error_event(data)
             return
-        doc = _is_error(data)
-        if doc is not None:
-            self._fail(doc)
-            return
+        if b'"error"' in data:  # most events never mention it: parse only those that do
+            doc = _is_error(data)
+            if doc is not None:
+                self._fail(doc)
+                return
         total = _int_after(data, COUNT_FIELD)
         if total is not None:
             n = total - self._cumulative
@@ -138,7 +136,7 @@ class TritonEvents(_Reader):
             self.meter.tokens(n, now)
         elif b'"text_output"' in data and b'"text_output":""' not in data:
             self.meter.tokens(1, now)
-        if self.meter.input_tokens is None:
+        if self.meter.input_tokens is None and INPUT_COUNT_FIELD in data:
             self.meter.input_tokens = _int_after(data, INPUT_COUNT_FIELD)
 
     def body(self, data: bytes, now: float) -> None:

@@ -1,4 +1,6 @@
-"""The streaming reverse proxy: aiohttp server in front, aiohttp client to the upstream.
+"""The streaming reverse proxy: aiohttp server in front; to the upstream, metered (LLM) requests go through
+the lean client of upstream.py (each read relayed and metered from its parser callback: the hot path) and
+every other request through aiohttp's client.
 
 Responses reach the client byte-for-byte (no decompression, no re-encoding) and each read from the upstream
 is written to the client at once, before it is metered, so a stream is never buffered. Non-streamed LLM
@@ -28,13 +30,14 @@ import logging
 import time
 
 import aiohttp
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from multidict import CIMultiDict
 from yarl import URL
 
 from inferwatch.exporters.gateway.api import Gateway
 from inferwatch.exporters.gateway.exchange import Exchange
 from inferwatch.exporters.gateway.routes import BadTarget, canonical_target, decoded_path
+from inferwatch.exporters.gateway.upstream import Pool, Response, UpstreamError, request_head
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,11 @@ _HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-authenticate", "prox
 # Request fields not copied to the upstream: X-Forwarded-For is rebuilt (client's list + peer address).
 _NOT_FORWARDED = _HOP_BY_HOP | {"x-forwarded-for"}
 CLIENT_CLOSED = 499  # nginx's code for "client closed the request before the answer"
+# Client-side buffering of a relayed answer: above _PAUSE_BYTES unsent, the upstream is not read until the
+# buffer is down to _RESUME_BYTES (checked every _PAUSED_POLL_S).
+_PAUSE_BYTES = 256 * 1024
+_RESUME_BYTES = 64 * 1024
+_PAUSED_POLL_S = 0.01
 
 
 def _json_error(status: int, message: str) -> web.Response:
@@ -72,7 +80,8 @@ class Proxy:
         self._authorization = auth.encode() if auth is not None else None
         self.timeout_s = timeout_s if timeout_s is not None else settings.upstream_timeout.seconds
         self.max_body_bytes = max_body_bytes if max_body_bytes is not None else settings.max_body_bytes
-        self.session: aiohttp.ClientSession | None = None
+        self.session: aiohttp.ClientSession | None = None  # unmetered requests
+        self.pool: Pool | None = None  # metered requests (upstream.py)
 
     # ------------------------------------------------------------------------------------------ app
     def app(self) -> web.Application:
@@ -89,10 +98,13 @@ class Proxy:
             connector=aiohttp.TCPConnector(limit=0, force_close=False, ttl_dns_cache=300),
             timeout=timeout, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
+        self.pool = Pool(self.upstream, self.timeout_s)
 
     async def _close(self, _app) -> None:
         if self.session is not None:
             await self.session.close()
+        if self.pool is not None:
+            self.pool.close()
 
     # -------------------------------------------------------------------------------------- handler
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -122,103 +134,32 @@ class Proxy:
         if self._authorization is not None and "Authorization" not in headers:
             headers["Authorization"] = self._authorization
         if ex is not None:
-            ex.meter.upstream_begin()
+            return await self._metered(request, target, body, headers, ex)
         try:
             # encoded=True: the canonical target goes out exactly as classified (yarl would re-normalise it).
             upstream = await self.session.request(request.method, URL(self.upstream + target, encoded=True),
                                                   data=body, headers=headers, allow_redirects=False)
-        except asyncio.CancelledError:
-            if ex is not None:
-                ex.finish("cancelled", CLIENT_CLOSED)
-            raise
         except asyncio.TimeoutError:
-            return self._fail(ex, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
+            return self._fail(None, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
         except (aiohttp.ClientError, OSError) as exc:
-            return self._fail(ex, 502, "error", "upstream unavailable",
+            return self._fail(None, 502, "error", "upstream unavailable",
                               detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
         try:
-            if ex is not None:
-                ex.response_start(upstream.status, upstream.headers.get("Content-Type"),
-                                  upstream.headers.get("Content-Encoding"))
-                if not ex.sse:
-                    return await self._whole(request, upstream, ex)
-            return await self._stream(request, upstream, ex)
+            return await self._pass_through(request, upstream)
         finally:
             upstream.release()
 
-    async def _whole(self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange) -> web.StreamResponse:
-        """A non-streamed LLM response: read it (up to ex.limit bytes), count its tokens, answer with
-        X-Token-Used. A larger answer is streamed through unmetered, starting with what was read."""
-        length = upstream.content_length
-        if length is not None and length > ex.limit:
-            ex.stop("too_large", f"answer above {ex.limit} bytes (Content-Length)")
-            return await self._stream(request, upstream, ex)
-        parts: list[bytes] = []
-        try:
-            async for data in upstream.content.iter_any():
-                parts.append(data)
-                ex.chunk(data)
-                if not ex.metering:  # above the limit (or undecodable): no header to wait for
-                    return await self._stream(request, upstream, ex, head=parts)
-        except asyncio.CancelledError:
-            upstream.close()
-            ex.finish("cancelled", CLIENT_CLOSED)
-            raise
-        except asyncio.TimeoutError:
-            upstream.close()
-            return self._fail(ex, 504, "timeout", f"upstream stalled for {self.timeout_s:g}s")
-        except (aiohttp.ClientError, OSError) as exc:
-            upstream.close()
-            return self._fail(ex, 502, "error", "upstream response broken",
-                              detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
-        ex.parse_body()
-        headers = _response_headers(upstream)
-        meter = ex.meter
-        output, inputs = meter.output_tokens, meter.input_tokens
-        # Unknown is not zero: a count the upstream did not reveal gets no header.
-        if output is not None:
-            headers["X-Token-Used-Output"] = str(output)
-        if inputs is not None:
-            headers["X-Token-Used-Input"] = str(inputs)
-        if output is not None and inputs is not None:
-            headers["X-Token-Used"] = str(output + inputs)
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
-        response.content_length = sum(len(p) for p in parts)
-        try:
-            await response.prepare(request)
-            for data in parts:
-                await response.write(data)
-            await response.write_eof()
-        except asyncio.CancelledError:
-            ex.finish("cancelled", upstream.status)
-            raise
-        except (ConnectionError, aiohttp.ClientConnectionResetError):
-            ex.finish("cancelled", upstream.status)
-            return response
-        ex.finish()
-        return response
-
-    async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                      ex: Exchange | None, head: list[bytes] = ()) -> web.StreamResponse:
-        """Forward the answer read by read (after `head`, bytes already read and metered)."""
+    async def _pass_through(self, request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+        """Forward an unmetered answer read by read."""
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=_response_headers(upstream))
+                                      headers=_response_headers(upstream.headers.items()))
         if upstream.content_length is not None:
             response.content_length = upstream.content_length
         outcome = None
         try:
             await response.prepare(request)
-            write = response.write
-            chunk = ex.chunk if ex is not None else None
-            perf = time.perf_counter
-            for data in head:
-                await write(data)
-            # iter_any: whatever the socket delivered, at once — one SSE event per read in the usual case.
             async for data in upstream.content.iter_any():
-                now = perf()
-                await write(data)
-                if chunk is not None:
-                    chunk(data, now)
+                await response.write(data)
             await response.write_eof()
         except asyncio.CancelledError:
             outcome = "cancelled"
@@ -232,14 +173,174 @@ class Proxy:
             outcome = "error"
         finally:
             if outcome is not None:
-                upstream.close()  # stop the upstream's work (Triton cancels on disconnect)
+                upstream.close()  # stop the upstream's work
                 if outcome in ("timeout", "error") and request.transport is not None:
                     # Cut the client's stream too: ending it cleanly would present a truncated answer as whole.
                     request.transport.close()
-            if ex is not None:
-                # A normal end (outcome None) lets an error object sent under 200 name its own code.
-                ex.finish(outcome, None if outcome is None else upstream.status)
         return response
+
+    # ------------------------------------------------------------------------------ metered requests
+    async def _metered(self, request: web.Request, target: str, body: bytes, headers: CIMultiDict,
+                       ex: Exchange) -> web.StreamResponse:
+        """Forward a metered request through the lean upstream client (upstream.py) and meter its answer."""
+        ex.meter.upstream_begin()
+        head = request_head(request.method, target, self.pool.host_header,
+                            [(k, v) for k, v in headers.items() if k.lower() != "expect"], len(body))
+        try:
+            conn = await self.pool.connect()
+        except asyncio.CancelledError:
+            ex.finish("cancelled", CLIENT_CLOSED)
+            raise
+        except asyncio.TimeoutError:
+            return self._fail(ex, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
+        except OSError as exc:
+            return self._fail(ex, 502, "error", "upstream unavailable",
+                              detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
+        resp = conn.send(head, body)
+        # One timer, cancelled when the head arrives (cheaper than a timeout context per request).
+        timer = asyncio.get_running_loop().call_later(self.timeout_s, resp.expire)
+        try:
+            await resp.head
+        except asyncio.CancelledError:
+            resp.close()
+            ex.finish("cancelled", CLIENT_CLOSED)
+            raise
+        except asyncio.TimeoutError:
+            resp.close()
+            return self._fail(ex, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
+        except UpstreamError as exc:
+            resp.close()
+            return self._fail(ex, 502, "error", "upstream unavailable", detail=f"{self.upstream}: {exc}")
+        finally:
+            timer.cancel()
+        headers_out = _response_headers(resp.headers)
+        ex.response_start(resp.status, headers_out.get("Content-Type"), headers_out.get("Content-Encoding"))
+        if not ex.sse:
+            return await self._whole(request, resp, ex, headers_out)
+        return await self._relay(request, resp, ex, headers_out)
+
+    async def _whole(self, request: web.Request, resp: Response, ex: Exchange,
+                     headers: CIMultiDict) -> web.StreamResponse:
+        """A non-streamed LLM response: read it (up to ex.limit bytes), count its tokens, answer with
+        X-Token-Used. A larger answer is relayed unmetered, starting with what was read."""
+        length = resp.content_length
+        if length is not None and length > ex.limit:
+            ex.stop("too_large", f"answer above {ex.limit} bytes (Content-Length)")
+            return await self._relay(request, resp, ex, headers)
+        parts: list[bytes] = []
+        try:
+            while True:
+                async with asyncio.timeout(self.timeout_s):
+                    data = await resp.read()
+                if not data:
+                    break
+                parts.append(data)
+                ex.chunk(data)
+                if not ex.metering:  # above the limit (or undecodable): no header to wait for
+                    return await self._relay(request, resp, ex, headers, head=parts)
+        except asyncio.CancelledError:
+            resp.close()
+            ex.finish("cancelled", CLIENT_CLOSED)
+            raise
+        except asyncio.TimeoutError:
+            resp.close()
+            return self._fail(ex, 504, "timeout", f"upstream stalled for {self.timeout_s:g}s")
+        except UpstreamError as exc:
+            resp.close()
+            return self._fail(ex, 502, "error", "upstream response broken", detail=f"{self.upstream}: {exc}")
+        ex.parse_body()
+        meter = ex.meter
+        output, inputs = meter.output_tokens, meter.input_tokens
+        # Unknown is not zero: a count the upstream did not reveal gets no header.
+        if output is not None:
+            headers["X-Token-Used-Output"] = str(output)
+        if inputs is not None:
+            headers["X-Token-Used-Input"] = str(inputs)
+        if output is not None and inputs is not None:
+            headers["X-Token-Used"] = str(output + inputs)
+        response = web.StreamResponse(status=resp.status, reason=resp.reason or None, headers=headers)
+        response.content_length = sum(len(p) for p in parts)
+        try:
+            await response.prepare(request)
+            for data in parts:
+                await response.write(data)
+            await response.write_eof()
+        except asyncio.CancelledError:
+            ex.finish("cancelled", resp.status)
+            raise
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            ex.finish("cancelled", resp.status)
+            return response
+        ex.finish()
+        return response
+
+    async def _relay(self, request: web.Request, resp: Response, ex: Exchange, headers: CIMultiDict,
+                     head: list[bytes] = ()) -> web.StreamResponse:
+        """Forward the answer read by read, each read written to the client from the upstream connection's
+        parser callback and metered after (`head`: bytes already read and metered)."""
+        response = web.StreamResponse(status=resp.status, reason=resp.reason or None, headers=headers)
+        framed = False
+        if resp.content_length is not None:
+            response.content_length = resp.content_length
+        elif request.version >= HttpVersion11:
+            response.enable_chunked_encoding()
+            framed = True  # aiohttp frames what goes through it; the relay frames its own writes
+        outcome = None
+        try:
+            await response.prepare(request)
+            for data in head:
+                await response.write(data)
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("client gone")
+            relay = _Relay(transport, framed, ex.chunk if ex.metering else None, resp)
+            resp.relay(relay.write)
+            await self._until_end(resp, relay)
+            await response.write_eof()
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            outcome = "cancelled"  # the client went away while we wrote
+        except asyncio.TimeoutError:
+            outcome = "timeout"
+        except UpstreamError as exc:
+            log.info("upstream stream broken: %s", exc)
+            outcome = "error"
+        finally:
+            if outcome is not None:
+                resp.close()  # stop the upstream's work (Triton cancels on disconnect)
+                if outcome in ("timeout", "error") and request.transport is not None:
+                    # Cut the client's stream too: ending it cleanly would present a truncated answer as whole.
+                    request.transport.close()
+            # A normal end (outcome None) lets an error object sent under 200 name its own code.
+            ex.finish(outcome, None if outcome is None else resp.status)
+        return response
+
+    async def _until_end(self, resp: Response, relay: "_Relay") -> None:
+        """Wait until the upstream's answer ended (raises what ended it otherwise): asyncio.TimeoutError after
+        `timeout_s` without a read while the client keeps up; while the client's buffer is full the upstream
+        is paused (and the timeout with it) until the buffer drains."""
+        loop = asyncio.get_running_loop()
+        done = resp.done
+        while not done.done():
+            if relay.full:
+                if relay.transport.is_closing():
+                    raise ConnectionResetError("client gone")
+                if relay.transport.get_write_buffer_size() <= _RESUME_BYTES:
+                    relay.full = False
+                    resp.last_read = time.perf_counter()
+                    resp.resume()
+                    continue
+                await asyncio.wait((done,), timeout=_PAUSED_POLL_S)
+                continue
+            wait = resp.last_read + self.timeout_s - time.perf_counter()
+            if wait <= 0:
+                raise asyncio.TimeoutError
+            relay.filled = loop.create_future()  # set by the relay when the client's buffer fills up
+            await asyncio.wait((done, relay.filled), timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            relay.filled = None
+        done.result()
 
     def _refuse(self, request: web.Request, path: str, started: float, length: int | None) -> web.Response:
         ex = self.gateway.exchange(request.method, path, request.headers, b"", started)
@@ -264,6 +365,41 @@ class Proxy:
         return _json_error(status, message)
 
 
-def _response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict:
+def _response_headers(pairs) -> CIMultiDict:
     # A multidict keeps repeated fields (Set-Cookie) as the upstream sent them.
-    return CIMultiDict((k, v) for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP)
+    return CIMultiDict((k, v) for k, v in pairs if k.lower() not in _HOP_BY_HOP)
+
+
+class _Relay:
+    """The hot path: each upstream read is written to the client's transport (chunk-framed when the
+    response is chunked, RFC 9112 §7.1) and then metered. `write` returns True when the client's buffer is
+    above _PAUSE_BYTES (the upstream is then paused)."""
+
+    __slots__ = ("transport", "framed", "chunk", "resp", "full", "filled")
+
+    def __init__(self, transport, framed: bool, chunk, resp: Response):
+        self.transport = transport
+        self.framed = framed
+        self.chunk = chunk
+        self.resp = resp
+        self.full = False
+        self.filled: asyncio.Future | None = None  # the handler waits on it while the client keeps up
+
+    def write(self, data: bytes) -> bool:
+        self.resp.last_read = now = time.perf_counter()
+        transport = self.transport
+        if transport.is_closing():
+            return self._fill()  # the client is gone: stop reading (the handler is cancelled, or sees it)
+        # One buffer, one write: a small event costs less copied once than as three buffers.
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.framed else data)
+        if self.chunk is not None:
+            self.chunk(data, now)
+        if transport.get_write_buffer_size() > _PAUSE_BYTES:
+            return self._fill()
+        return self.full
+
+    def _fill(self) -> bool:
+        self.full = True
+        if self.filled is not None and not self.filled.done():
+            self.filled.set_result(None)
+        return True

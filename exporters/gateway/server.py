@@ -4,6 +4,7 @@ a forked child, off this loop: exposition.py)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -11,6 +12,7 @@ import signal
 from typing import Callable, TextIO
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from inferwatch.exporters.gateway.api import Gateway
@@ -40,34 +42,45 @@ def metrics_app(gateway: Gateway, forked: bool = True) -> web.Application:
     return app
 
 
-async def serve(proxy: Proxy, host: str, port: int, metrics_port: int, metrics_host: str | None = None,
+async def serve(proxy: Proxy, host: str, port: int, metrics_port: int | None, metrics_host: str | None = None,
                 stop: asyncio.Event | None = None,
-                on_ready: Callable[[int, int], None] | None = None, forked_metrics: bool = True) -> None:
+                on_ready: Callable[[int, int | None], None] | None = None, forked_metrics: bool = True,
+                reuse_port: bool = False) -> None:
     """Serve until `stop` is set (or a signal arrives when `stop` is None).
 
     `forked_metrics`: render /metrics in a forked child (exposition.py), which needs this loop's thread to be
     the only one touching the registry; pass False when other threads read it (in-process tests).
+    `metrics_port` None: no /metrics here (a worker of workers.py: its parent serves them);
+    `reuse_port`: bind with SO_REUSEPORT, sharing the port with the other workers.
 
     Port 0 lets the OS pick; `on_ready(port, metrics_port)` is called with the ports actually bound once
-    both sockets listen. A bind failure (OSError, e.g. EADDRINUSE) propagates out of this coroutine.
+    the sockets listen. A bind failure (OSError, e.g. EADDRINUSE) propagates out of this coroutine.
     """
-    # Process CPU and memory next to the gateway metrics: the proxy's own cost is part of what it reports.
-    # pid fixed to this process: /metrics is rendered in a forked child, whose own figures would be wrong.
-    pid = os.getpid()
-    ProcessCollector(pid=lambda: pid, registry=proxy.gateway.metrics.registry)
+    if metrics_port is not None:
+        # Process CPU and memory next to the gateway metrics: the proxy's own cost is part of what it reports.
+        # pid fixed to this process: /metrics is rendered in a forked child, whose own figures would be wrong.
+        pid = os.getpid()
+        ProcessCollector(pid=lambda: pid, registry=proxy.gateway.metrics.registry)
     # handler_cancellation: a client that disconnects cancels its handler, so the upstream request is
     # closed at once even while waiting for a first token (aiohttp ≥ 3.9 defaults to not cancelling).
     # ServerLog: a malformed request is one INFO line, not an ERROR traceback (see serverlog.py).
     runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None, logger=ServerLog())
-    metrics_runner = web.AppRunner(metrics_app(proxy.gateway, forked_metrics), access_log=None, logger=ServerLog())
+    runners = [runner]
     await runner.setup()
-    await metrics_runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
-        await web.TCPSite(metrics_runner, metrics_host or host, metrics_port).start()
-        port, metrics_port = runner.addresses[0][1], metrics_runner.addresses[0][1]
-        log.info("gateway proxy on http://%s:%d -> %s; metrics on http://%s:%d/metrics", host, port,
-                 proxy.upstream, metrics_host or host, metrics_port)
+        await web.TCPSite(runner, host, port, reuse_port=reuse_port or None).start()
+        port = runner.addresses[0][1]
+        if metrics_port is not None:
+            metrics_runner = web.AppRunner(metrics_app(proxy.gateway, forked_metrics), access_log=None,
+                                           logger=ServerLog())
+            runners.append(metrics_runner)
+            await metrics_runner.setup()
+            await web.TCPSite(metrics_runner, metrics_host or host, metrics_port).start()
+            metrics_port = metrics_runner.addresses[0][1]
+            log.info("gateway proxy on http://%s:%d -> %s; metrics on http://%s:%d/metrics", host, port,
+                     proxy.upstream, metrics_host or host, metrics_port)
+        else:
+            log.info("gateway worker %d: proxy on http://%s:%d -> %s", os.getpid(), host, port, proxy.upstream)
         if on_ready is not None:
             on_ready(port, metrics_port)
         if stop is None:
@@ -77,8 +90,23 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int, metrics_h
                 loop.add_signal_handler(sig, stop.set)
         await stop.wait()
     finally:
+        for r in runners:
+            await r.cleanup()
+
+
+async def serve_metrics(registry: CollectorRegistry, host: str, port: int, stop: asyncio.Event) -> None:
+    """Serve `registry` on /metrics (rendered in place: for a process that carries no proxy traffic, the
+    parent of workers.py) until `stop` is set."""
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler(registry, forked=False))
+    runner = web.AppRunner(app, access_log=None, logger=ServerLog())
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        log.info("gateway metrics on http://%s:%d/metrics", host, runner.addresses[0][1])
+        await stop.wait()
+    finally:
         await runner.cleanup()
-        await metrics_runner.cleanup()
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -94,9 +122,13 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-def run_forever(proxy: Proxy, host: str, port: int, metrics_port: int) -> None:
+def run_forever(proxy: Proxy, host: str, port: int, metrics_port: int | None, **kwargs) -> None:
+    """Run `serve` (same arguments) on a new event loop until SIGINT/SIGTERM, as the process's owner."""
+    # Everything built so far (modules, spec, registry) lives as long as the process: leave it out of the
+    # garbage collector's full scans, which a streamed event's garbage would otherwise trigger over it.
+    gc.freeze()
     loop = new_event_loop()
     try:
-        loop.run_until_complete(serve(proxy, host, port, metrics_port))
+        loop.run_until_complete(serve(proxy, host, port, metrics_port, **kwargs))
     finally:
         loop.close()

@@ -44,6 +44,11 @@ class SseSplitter:
         self.limit = limit
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        # The usual read: exactly one whole event of one `data: ` line with LF endings and nothing held from
+        # before (a streamed token). Cut out its data without the general loop: this runs once per event.
+        if (not self._buf and self._started and not self._after_cr and chunk[:6] == b"data: "
+                and chunk.find(b"\n") == len(chunk) - 2 and chunk[-1:] == b"\n" and b"\r" not in chunk):
+            return [chunk[6:-2]]
         if self._after_cr:
             self._after_cr = False
             if chunk[:1] == b"\n":
