@@ -20,6 +20,8 @@ from typing import Callable
 
 import requests
 
+from inferwatch.connections import FD_RESERVE
+
 FD_LIMIT = 1024
 
 
@@ -261,3 +263,27 @@ def summary(server: str, figures: dict, cap: int) -> str:
             f"{max(lifetimes, default=float('nan')):.1f}s at most; fd limit {FD_LIMIT}, connection cap {cap}); "
             f"threads {figures['threads_before']} before, {figures['max_threads']} at most during; "
             f"fds {figures['fds_before']} before, {figures['max_fds']} at most during")
+
+
+def assert_held(figures: dict, cap: int, header_timeout_s: float) -> None:
+    """What a server under scrape_under_attack must show: every scrape answered; idle connections closed
+    (the attack was over the cap); each slow-loris connection closed after the header timeout, not at once;
+    no thread per connection (a render pool of 2 may start); descriptors within the cap plus its reserve
+    (accept bursts, connections closing), so accept() never meets the fd limit."""
+    assert figures["ok"] == figures["scrapes"], figures["failures"]
+    assert figures["reopened"] > 0
+    lifetimes = figures["slow_loris_lifetimes"]
+    assert all(t is not None for t in lifetimes), lifetimes
+    assert min(lifetimes) >= header_timeout_s - 1, lifetimes
+    assert figures["max_threads"] <= figures["threads_before"] + 2, figures
+    assert figures["max_fds"] < min(FD_LIMIT, figures["fds_before"] + cap + FD_RESERVE), figures
+
+
+def assert_logged_once_per_condition(log: str) -> None:
+    """No traceback, no failed accept; the cap and the header timeout each said once a minute (an attack of
+    less than two minutes: one or two lines), naming the flag that sets the bound."""
+    assert "Traceback" not in log and "out of system resource" not in log, log[-3000:]
+    cap_lines = [ln for ln in log.splitlines() if "connection cap reached" in ln]
+    assert 1 <= len(cap_lines) <= 2 and "--max-connections" in cap_lines[0], cap_lines
+    header_lines = [ln for ln in log.splitlines() if "sent no complete request" in ln]
+    assert 1 <= len(header_lines) <= 2 and "--header-timeout" in header_lines[0], header_lines

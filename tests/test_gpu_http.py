@@ -48,8 +48,8 @@ def _collector_part(served: bytes) -> bytes:
     """The served text without the server's own connection families (which follow the collector's)."""
     head, sep, tail = served.partition(b"# HELP inferwatch_gpu_exporter_http_connections ")
     names = {line.split(b" ")[0].split(b"{")[0] for line in (sep + tail).splitlines() if not line.startswith(b"#")}
-    assert names == {b"inferwatch_gpu_exporter_http_connections", b"inferwatch_gpu_exporter_http_connections_closed_total",
-                     b"inferwatch_gpu_exporter_http_connections_closed_created"}
+    prefix = b"inferwatch_gpu_exporter_http_connections"
+    assert names == {prefix, prefix + b"_closed_total", prefix + b"_closed_created"}
     return head
 
 

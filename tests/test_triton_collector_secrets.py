@@ -48,7 +48,8 @@ SECRETS = [*_pieces(TRITON_USERINFO), *_pieces(STANDIN_USERINFO), *_pieces(METRI
 class QuotingTriton:
     """A Triton stand-in on loopback: health answers 200 with the right Basic credential (401 without);
     every other API call fails quoting the URL it was called with, its Authorization header, the bare
-    credential and the password, as an authenticating proxy in front of Triton might. /metrics (Triton's own) answers the same way. Records what it was sent."""
+    credential and the password, as an authenticating proxy in front of Triton might. /metrics (Triton's own)
+    answers the same way. Records what it was sent."""
 
     def __init__(self, userinfo: str):
         self.expected = "Basic " + base64.b64encode(userinfo.encode()).decode()

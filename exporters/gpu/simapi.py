@@ -6,8 +6,8 @@ arrive, e.g. `[{"gpu": 0, "ramp": {"temperature_c": 92}, "over": "30s"}]`; answe
 
 Limits, each answered with its own status:
   - only from loopback peers unless the exporter was started with --sim-events-from-any-host (403)
-  - body at most MAX_BODY_BYTES (413), received within BODY_TIMEOUT_S (408); YAML anchors/aliases refused (400), so a few hundred bytes cannot
-    expand into a huge structure; nesting too deep for the parser (400)
+  - body at most MAX_BODY_BYTES (413), received within BODY_TIMEOUT_S (408); YAML anchors/aliases refused
+    (400), so a few hundred bytes cannot expand into a huge structure; nesting too deep for the parser (400)
   - error texts at most MAX_ERROR_CHARS characters, so an answer stays small whatever was posted
   - the simulator's timeline holds at most sim.MAX_TIMELINE entries (400 once full)
 """
