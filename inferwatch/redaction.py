@@ -21,7 +21,7 @@ import logging
 import re
 import threading
 from typing import Iterable
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 4        # shorter values are too common to replace in text (and too weak to be secrets)
@@ -65,8 +65,10 @@ def secret_parts(value: str) -> set[str]:
         # (https://TOKEN@host).
         parts.add(userinfo)
     if password:
-        # HTTP clients send user-info as a Basic credential: base64("user:password") is as secret.
-        parts.update((password, base64.b64encode(f"{url.username or ''}:{password}".encode()).decode()))
+        # HTTP clients send user-info as a Basic credential: base64("user:password") is as secret, made of the
+        # percent-decoded parts (as aiohttp and requests decode them) when they are encoded.
+        for user, secret in {(url.username or "", password), (unquote(url.username or ""), unquote(password))}:
+            parts.update((secret, base64.b64encode(f"{user}:{secret}".encode()).decode()))
     parts.update(v for _, v in parse_qsl(url.query) if len(v) >= MIN_QUERY_TOKEN_CHARS)
     last = url.path.rstrip("/").rsplit("/", 1)[-1]
     if len(last) >= MIN_PATH_TOKEN_CHARS:

@@ -111,3 +111,24 @@ def test_bounds_from_flags_and_defaults():
     args = build_parser().parse_args(["exporter", "gpu", "--max-connections", "64", "--header-timeout", "3s",
                                       "--idle-timeout", "2m"])
     assert bounds_from_args(args) == Bounds(64, 3.0, 120.0) and bounds_from_args(args).max_connections == 64
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,            # a TLS hello on the plain port
+    b"GET /metrics HTTP/1.1\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n",          # a header line over 8190 bytes
+    b"GARBAGE\r\n\r\n",
+])
+def test_malformed_requests_get_400_and_one_log_line_without_traceback(served, caplog, request_bytes):
+    _, server = served
+    caplog.set_level("DEBUG")
+    answers = []
+    for _ in range(5):
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.sendall(request_bytes)
+            s.settimeout(10)
+            answers.append(s.recv(4096).split(b"\r\n", 1)[0].split(b" ", 1)[1])   # status, any HTTP version
+    assert answers == [b"400 Bad Request"] * 5
+    refused = [r for r in caplog.records if "malformed request" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].exc_info is None, [r.getMessage() for r in caplog.records]
+    assert not [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"]
+    assert requests.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).status_code == 200
