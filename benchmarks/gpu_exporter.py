@@ -2,8 +2,8 @@
 
 Per size (simulated GPUs) and per encoding the client accepts (gzip as Prometheus sends it, and identity):
   exporter    a real `inferwatch exporter gpu --nvml sim` process, collecting every --interval meanwhile
-  plain       a plain server in its own process (the standard library's http.server, the same HTTP machinery
-              the exporter's WSGI server is built on) handing out the exact bytes and headers the exporter
+  plain       a plain server in its own process (the standard library's http.server, what prometheus-client's
+              own /metrics server is built on) handing out the exact bytes and headers the exporter
               answered that client, pre-rendered once: the floor any Python /metrics endpoint stands on
 Both are scraped by the same client (one requests.Session, the Accept-Encoding of the variant), alternately
 scrape by scrape so load from other processes falls on both alike: --warmup scrapes each, then --scrapes

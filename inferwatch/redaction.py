@@ -5,8 +5,9 @@ aiohttp's are covered too).
 Where the secrets come from: every spec `Secret.reveal()` registers its value (`${ENV}`, `*_file` or inline),
 so each service's secrets are known before its first request; `register()` adds others. A URL secret is
 registered with the parts libraries print on their own: urllib3 logs `"POST /services/T0/B0/XXXX HTTP/1.1"`
-(path and query, no host), so the user-info (and its Basic credential), each key-like query value and a
-token-like last path segment count as secrets as well.
+(path and query, no host), so the user-info (whole, its password, and its Basic credential), each key-like
+query value and a token-like last path segment count as secrets as well. `address(url)` is the form of a URL
+that may become a label or a scrape target: host:port, never its user-info.
 
 Patterns redacted even when no value was registered (an error body quoting some other URL): query
 credentials (`key=`, `token=`, ...), JSON credential fields, `Authorization:` values, URL user-info and Slack
@@ -20,7 +21,7 @@ import logging
 import re
 import threading
 from typing import Iterable
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 4        # shorter values are too common to replace in text (and too weak to be secrets)
@@ -58,9 +59,16 @@ def secret_parts(value: str) -> set[str]:
         password = url.password
     except ValueError:
         return parts
+    userinfo = url.netloc.rpartition("@")[0]
+    if userinfo:
+        # The whole user-info, so no part of it is left beside a redacted password; alone it is a token
+        # (https://TOKEN@host).
+        parts.add(userinfo)
     if password:
-        # HTTP clients send user-info as a Basic credential: base64("user:password") is as secret.
-        parts.update((password, base64.b64encode(f"{url.username or ''}:{password}".encode()).decode()))
+        # HTTP clients send user-info as a Basic credential: base64("user:password") is as secret, made of the
+        # percent-decoded parts (as aiohttp and requests decode them) when they are encoded.
+        for user, secret in {(url.username or "", password), (unquote(url.username or ""), unquote(password))}:
+            parts.update((secret, base64.b64encode(f"{user}:{secret}".encode()).decode()))
     parts.update(v for _, v in parse_qsl(url.query) if len(v) >= MIN_QUERY_TOKEN_CHARS)
     last = url.path.rstrip("/").rsplit("/", 1)[-1]
     if len(last) >= MIN_PATH_TOKEN_CHARS:
@@ -68,12 +76,33 @@ def secret_parts(value: str) -> set[str]:
     return parts
 
 
+def address(url: str) -> str:
+    """`host:port` (`host` alone without a port; IPv6 in brackets) of `url`, without its user-info: what
+    may name a target in a label, a log line or a scrape config. Raises ValueError for a malformed URL."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{parts.port}" if parts.port is not None else host
+
+
 def register(value: str | None) -> None:
     """Treat `value` (and, for a URL, its secret parts) as a secret in every later redact() and log line."""
+    if value:
+        _add(secret_parts(value))
+
+
+def register_url_credentials(url: str | None) -> None:
+    """Treat the credentials `url` carries (its user-info, password and Basic credential; key-like query
+    values; a token-like last path segment) as secrets, but not the URL itself: for a server's address
+    (a Triton target), whose log lines must still say which server they are about."""
+    if url:
+        _add(secret_parts(url) - {url})
+
+
+def _add(parts: set[str]) -> None:
     global _secrets_re
-    if not value:
-        return
-    new = {p for p in secret_parts(value) if len(p) >= MIN_SECRET_CHARS} - _secrets
+    new = {p for p in parts if len(p) >= MIN_SECRET_CHARS} - _secrets
     if not new:
         return
     with _lock:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from inferwatch.redaction import address
 from inferwatch.specload import Duration, Secret, SpecError, build, field, load_yaml
 
 __all__ = ["Spec", "SpecError", "Duration", "Secret", "load_spec", "DEFAULT_SPEC_PATH"]
@@ -51,12 +52,11 @@ class TritonTarget:
 
     @property
     def metrics_address(self) -> str:
-        """host:port of Triton's own metrics endpoint (for Prometheus scrape targets)."""
+        """host:port of Triton's own metrics endpoint (for Prometheus scrape targets), never its user-info."""
         from urllib.parse import urlparse
 
         if self.metrics_url:
-            parsed = urlparse(self.metrics_url)
-            return parsed.netloc
+            return address(self.metrics_url)
         parsed = urlparse(self.url)
         return f"{parsed.hostname}:8002"
 

@@ -19,7 +19,7 @@ OUTCOMES = ("delivered", "retried", "dead_lettered", "superseded", "cancelled")
 # (4xx) or is retrying (unavailable = 503 while the outbox cannot be written).
 WEBHOOK_OUTCOMES = ("accepted", "duplicate", "unauthorized", "too_large", "malformed", "wrong_endpoint",
                     "unavailable")
-# Why the server closed a client connection itself (notifier/connections.py).
+# Why the server closed a client connection itself (inferwatch/connections.py).
 CLOSE_REASONS = ("connection_cap", "header_timeout", "idle_timeout")
 # Seconds; a healthy provider answers in 0.1-1 s, a hung one hits the channel timeout (default 10 s).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)

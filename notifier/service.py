@@ -25,17 +25,17 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from inferwatch.connections import ACCEPT_BACKLOG, ConnectionGuard, Settings, connection_cap, raise_fd_limit
 from inferwatch.notifier.channels import build_channel
 from inferwatch.notifier.committer import GroupCommitter
-from inferwatch.notifier.connections import ACCEPT_BACKLOG, ConnectionGuard, connection_cap, raise_fd_limit
 from inferwatch.notifier.exposition import metrics_handler
 from inferwatch.notifier.intake import plan
 from inferwatch.notifier.metrics import NotifierMetrics
 from inferwatch.notifier.model import PayloadError, Repair, parse_webhook
 from inferwatch.notifier.outbox import Outbox, OutboxError
-from inferwatch.notifier.ratelog import ConditionLog
 from inferwatch.notifier.routing import Router
 from inferwatch.notifier.worker import DeliveryWorker
+from inferwatch.ratelog import ConditionLog
 from inferwatch.spec import Spec
 
 log = logging.getLogger(__name__)
@@ -234,7 +234,8 @@ class NotifierService:
         await self._runner.setup()
         cap = connection_cap(n.max_connections, raise_fd_limit())
         self.guard = ConnectionGuard(self._runner.server, max_connections=cap, header_timeout_s=n.header_timeout.seconds,
-                                     idle_timeout_s=n.idle_timeout.seconds, metrics=self.metrics)
+                                     idle_timeout_s=n.idle_timeout.seconds, metrics=self.metrics,
+                                     settings=Settings("notifier.max_connections", "notifier.header_timeout"))
         self.guard.start()
         site = web.TCPSite(self._runner, self.host, self.port, backlog=ACCEPT_BACKLOG)
         await site.start()

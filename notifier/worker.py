@@ -34,9 +34,9 @@ from inferwatch.notifier.metrics import NotifierMetrics
 from inferwatch.notifier.model import Notification
 from inferwatch.notifier.outbox import Delivery, Outbox, Outcome
 from inferwatch.notifier.ratelimit import RateLimiter
-from inferwatch.notifier.ratelog import ConditionLog
 from inferwatch.notifier.recorder import OutcomeRecorder
 from inferwatch.notifier.senders import make_sender
+from inferwatch.ratelog import ConditionLog
 from inferwatch.spec import Spec
 
 log = logging.getLogger(__name__)

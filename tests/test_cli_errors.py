@@ -54,9 +54,10 @@ def empty_spec(tmp_path):
 @pytest.mark.parametrize("argv", [
     ["notifier", "--spec", "{spec}", "--data-dir", "{tmp}/data", "--port", "{busy}"],
     ["exporter", "triton", "--triton-url", "http://127.0.0.1:1", "--port", "{busy}"],
+    ["exporter", "gpu", "--nvml", "sim", "--port", "{busy}"],
     ["exporter", "gateway", "--upstream", "http://127.0.0.1:1", "--port", "{busy}", "--metrics-port", "{free}"],
     ["exporter", "gateway", "--upstream", "http://127.0.0.1:1", "--port", "{free}", "--metrics-port", "{busy}"],
-], ids=["notifier", "triton", "gateway-proxy", "gateway-metrics"])
+], ids=["notifier", "triton", "gpu", "gateway-proxy", "gateway-metrics"])
 def test_port_in_use_is_one_line_naming_host_and_port(argv, busy_port, empty_spec, tmp_path):
     with socket.socket() as s:  # a free port for the other listener of the gateway
         s.bind(("127.0.0.1", 0))
@@ -69,7 +70,8 @@ def test_port_in_use_is_one_line_naming_host_and_port(argv, busy_port, empty_spe
 @pytest.mark.parametrize("argv", [
     ["notifier", "--spec", "{spec}", "--data-dir", "{tmp}/data"],
     ["exporter", "triton", "--triton-url", "http://127.0.0.1:1"],
-], ids=["notifier", "triton"])
+    ["exporter", "gpu", "--nvml", "sim"],
+], ids=["notifier", "triton", "gpu"])
 def test_non_local_host_is_one_line(argv, empty_spec, tmp_path):
     argv = [a.format(spec=empty_spec, tmp=tmp_path) for a in argv] + ["--host", "10.255.255.1"]
     proc = run_cli(*argv, cwd=tmp_path)

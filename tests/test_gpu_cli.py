@@ -105,7 +105,8 @@ def test_bad_input_exits_2_with_one_line(args, message):
 def test_help_explains_every_flag():
     out = subprocess.run([*CMD, "--help"], capture_output=True, text=True, timeout=60).stdout
     for flag in ("--host", "--port", "--spec", "--nvml", "--sim-scenario", "--interval", "--hostname", "--xid-preset",
-                 "--pod-resources-socket", "--no-pod-labels", "--sim-events-from-any-host"):
+                 "--pod-resources-socket", "--no-pod-labels", "--sim-events-from-any-host", "--max-connections",
+                 "--header-timeout", "--idle-timeout"):
         assert flag in out
     assert "default 9400" in out
     assert "layers.L1.critical_xids" in " ".join(out.split())   # what --help promises --spec gives

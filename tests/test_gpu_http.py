@@ -4,7 +4,6 @@ prometheus-client (OpenMetrics, text, gzip), and the simulator's test-only /sim/
 from __future__ import annotations
 
 import gzip
-import io
 import threading
 import time
 
@@ -17,7 +16,8 @@ from gpu_support import FakeClock, by_gpu, samples
 from inferwatch.exporters.gpu.collector import GpuCollector
 from inferwatch.exporters.gpu.exposition import Scrapes, YieldingView
 from inferwatch.exporters.gpu.scenario import parse_scenario
-from inferwatch.exporters.gpu.server import MetricsServer, make_app
+from inferwatch.exporters.gpu import simapi
+from inferwatch.exporters.gpu.server import MetricsServer
 from inferwatch.exporters.gpu.sim import SimNvml
 
 # What Prometheus sends (scrape_protocols default of Prometheus 2.x/3.x, in its Accept form).
@@ -44,19 +44,28 @@ def _registry_text(collector) -> bytes:
     return generate_latest(registry)
 
 
+def _collector_part(served: bytes) -> bytes:
+    """The served text without the server's own connection families (which follow the collector's)."""
+    head, sep, tail = served.partition(b"# HELP inferwatch_gpu_exporter_http_connections ")
+    names = {line.split(b" ")[0].split(b"{")[0] for line in (sep + tail).splitlines() if not line.startswith(b"#")}
+    prefix = b"inferwatch_gpu_exporter_http_connections"
+    assert names == {prefix, prefix + b"_closed_total", prefix + b"_closed_created"}
+    return head
+
+
 def test_plain_scrape_is_prometheus_clients_own_text_format(served):
     _, collector, _, base = served
     answer = requests.get(f"{base}/metrics", headers={"Accept-Encoding": "identity"}, timeout=10)
     assert answer.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     assert "Content-Encoding" not in answer.headers
-    assert answer.content == _registry_text(collector)
+    assert _collector_part(answer.content) == _registry_text(collector)
 
 
 def test_gzip_when_accepted(served):
     _, collector, _, base = served
     raw = requests.get(f"{base}/metrics", headers={"Accept-Encoding": "gzip"}, timeout=10, stream=True).raw
     assert raw.headers["Content-Encoding"] == "gzip"
-    assert gzip.decompress(raw.read(decode_content=False)) == _registry_text(collector)
+    assert _collector_part(gzip.decompress(raw.read(decode_content=False))) == _registry_text(collector)
 
 
 def test_prometheus_accept_header_gets_openmetrics(served):
@@ -138,24 +147,27 @@ def test_bad_bodies_get_short_4xx(served, body, status, says):
     assert sim.scenario.timeline == before
 
 
-def _call(app, method: str, path: str, remote: str, body: bytes = b"[]") -> tuple[str, bytes]:
-    out = {}
-    environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "REMOTE_ADDR": remote, "CONTENT_LENGTH": str(len(body)),
-               "wsgi.input": io.BytesIO(body)}
-    chunks = app(environ, lambda status, headers: out.setdefault("status", status))
-    return out["status"], b"".join(chunks)
-
-
 @pytest.mark.parametrize("remote, allowed", [("127.0.0.1", True), ("::1", True), ("::ffff:127.0.0.1", True),
-                                             ("10.1.2.3", False), ("172.17.0.1", False), ("::ffff:10.0.0.1", False)])
-def test_sim_events_are_loopback_only_unless_told(served, remote, allowed):
-    sim, _, server, _ = served
-    status, body = _call(make_app(server.cache, sim), "POST", "/sim/events", remote, b'[{"gpu": 0, "xid": 13}]')
-    assert status.startswith("200" if allowed else "403"), body
-    status, _ = _call(make_app(server.cache, sim, sim_any_host=True), "POST", "/sim/events", remote)
-    assert status.startswith("200")
-    status, _ = _call(make_app(server.cache, None), "POST", "/sim/events", "127.0.0.1")
-    assert status.startswith("404")                                   # a real-NVML exporter has no such path
+                                             ("10.1.2.3", False), ("172.17.0.1", False), ("::ffff:10.0.0.1", False),
+                                             ("", False)])
+def test_sim_events_are_loopback_only_unless_told(remote, allowed):
+    refused = simapi.forbidden(remote, any_host=False)
+    assert (refused is None) == allowed
+    if not allowed:
+        assert "--sim-events-from-any-host" in refused["error"]
+    assert simapi.forbidden(remote, any_host=True) is None
+
+
+def test_sim_events_over_http_and_absent_without_a_simulator(served):
+    sim, collector, _, base = served
+    answer = requests.post(f"{base}/sim/events", json=[{"gpu": 0, "xid": 13}], timeout=10)
+    assert answer.status_code == 200 and answer.json() == {"added": 1}   # from 127.0.0.1
+    assert requests.get(f"{base}/sim/events", timeout=10).status_code == 405
+    plain = MetricsServer.for_collector(collector, "127.0.0.1", 0).start()   # a real-NVML exporter
+    try:
+        assert requests.post(f"http://127.0.0.1:{plain.port}/sim/events", json=[], timeout=10).status_code == 404
+    finally:
+        plain.stop()
 
 
 def test_background_render_waits_for_a_scrape_in_flight_and_gives_the_same_bytes(served):

@@ -9,23 +9,20 @@ never completes its request head, the idle timeout a kept-alive one, and neither
 
 from __future__ import annotations
 
-import resource
-import selectors
 import socket
-import threading
 import time
 
 import pytest
 import requests
 import yaml
 
-from inferwatch.notifier.connections import FD_RESERVE, connection_cap
+from inferwatch.connections import FD_RESERVE, connection_cap
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
 
+from connection_attack import FD_LIMIT, IdleAttack, closed_within, fd_limit
 from notifier_support import AUTH, make_spec, metric, notifier_process, spec_data, webhook
 
-FD_LIMIT = 1024
 IDLE_CONNECTIONS = 1100
 POSTS = 40
 
@@ -36,82 +33,12 @@ def sims():
         yield s
 
 
-def _fd_limit():
-    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-
-
-class IdleAttack:
-    """Holds `n` idle TCP connections to (host, port), reopening each one the server closes."""
-
-    def __init__(self, host: str, port: int, n: int):
-        self.addr = (host, port)
-        self.n = n
-        self.socks: list[socket.socket] = []
-        self.reopened = 0
-        self.failed_connects = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _open(self) -> socket.socket | None:
-        try:
-            s = socket.create_connection(self.addr, timeout=2)
-            s.setblocking(False)
-            return s
-        except OSError:
-            self.failed_connects += 1
-            return None
-
-    def __enter__(self):
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < self.n + 256:  # this test process holds the attack's sockets itself
-            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, self.n + 1024), hard))
-        for _ in range(self.n):
-            s = self._open()
-            if s is not None:
-                self.socks.append(s)
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        with selectors.DefaultSelector() as sel:  # epoll: descriptors above 1024 are fine
-            for s in self.socks:
-                sel.register(s, selectors.EVENT_READ)
-            while not self._stop.is_set():
-                for key, _ in sel.select(0.05):
-                    s = key.fileobj
-                    if not _closed(s):
-                        continue
-                    sel.unregister(s)
-                    self.socks.remove(s)
-                    s.close()
-                    new = self._open()
-                    if new is not None:
-                        self.socks.append(new)
-                        sel.register(new, selectors.EVENT_READ)
-                        self.reopened += 1
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(10)
-        for s in self.socks:
-            s.close()
-
-
-def _closed(s: socket.socket) -> bool:
-    try:
-        return s.recv(1, socket.MSG_PEEK) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-
-
 def test_posts_are_accepted_while_1100_idle_connections_hold_a_1024_fd_notifier(sims, tmp_path):
     sims.set_mode("ok")
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(spec_data(sims)))
     stderr_path = tmp_path / "notifier.stderr"
-    with notifier_process(spec_file, tmp_path / "data", stderr_path, preexec_fn=_fd_limit) as (proc, url):
+    with notifier_process(spec_file, tmp_path / "data", stderr_path, preexec_fn=fd_limit) as (proc, url):
         accepted = 0
         codes = []
         host, port = url.rsplit("/", 1)[1].split(":")
@@ -156,23 +83,10 @@ def service(sims, tmp_path):
     svc.stop()
 
 
-def _closed_within(s: socket.socket, seconds: float) -> float | None:
-    s.settimeout(seconds)
-    t0 = time.monotonic()
-    try:
-        while s.recv(4096):
-            pass
-    except (socket.timeout, TimeoutError):
-        return None
-    except OSError:
-        pass
-    return time.monotonic() - t0
-
-
 def test_header_timeout_closes_a_connection_that_never_completes_its_request_head(service):
     with socket.create_connection((service.host, service.port)) as s:
         s.sendall(b"POST /alerts HTTP/1.1\r\nHost: x\r\n")  # and nothing more: slowloris
-        assert _closed_within(s, 10) is not None
+        assert closed_within(s, 10) is not None
     text = requests.get(service.url + "/metrics").text
     assert 'inferwatch_notifier_http_connections_closed_total{reason="header_timeout"} 1.0' in text
 
@@ -184,7 +98,7 @@ def test_idle_keep_alive_connection_is_closed_after_the_idle_timeout(service):
                   b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         s.settimeout(10)
         assert s.recv(4096).startswith(b"HTTP/1.1 400")  # answered; the connection stays open (keep-alive)
-        waited = _closed_within(s, 10)
+        waited = closed_within(s, 10)
     assert waited is not None and waited >= 1.0  # not closed at once, but after the 2s idle timeout
 
 

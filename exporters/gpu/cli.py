@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 
 import pynvml
 
@@ -16,6 +17,7 @@ from inferwatch.exporters.gpu.collector import GpuCollector
 from inferwatch.exporters.gpu.kubelet import DEFAULT_SOCKET
 from inferwatch.exporters.gpu.nvml import error_name
 from inferwatch.exporters.gpu.server import MetricsServer
+from inferwatch.httpserver import add_bound_args, bounds_from_args
 from inferwatch.specload import Duration, SpecError
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "series of GPUs a pod holds carry namespace/pod/container from the kubelet's "
                     "pod-resources socket.")
     add_service_args(p, DEFAULT_PORT)
+    add_bound_args(p)
     add_spec_arg(p)
     p.add_argument("--nvml", choices=("auto", "real", "sim"), default="auto",
                    help="auto: the real NVML if present, else keep serving with inferwatch_gpu_devices 0 and "
@@ -111,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--interval", f"expected a positive duration, got {args.interval!r}")
     if args.sim_events_from_any_host and args.nvml != "sim":
         raise UsageError("--sim-events-from-any-host only applies with --nvml sim")
+    bounds = bounds_from_args(args)
     xids = preset_xids(args)
     host = args.hostname or os.environ.get("NODE_NAME") or socket.gethostname()
     nvml = build_nvml(args.nvml, args.sim_scenario)
@@ -121,25 +125,27 @@ def run(args: argparse.Namespace) -> int:
 
     pods = None if args.no_pod_labels else PodAttribution(args.pod_resources_socket)
     # The collection thread (NVML reads, rendering the next body) holds the GIL for tens of ms on a big node;
-    # a short switch interval hands it to the HTTP threads within 0.5 ms, so a scrape that lands meanwhile
+    # a short switch interval hands it to the HTTP thread within 0.5 ms, so a scrape that lands meanwhile
     # is served in about the time a plain server takes (benchmarks/gpu_exporter.py) instead of waiting it out.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     collector = GpuCollector(nvml, host, interval_s=interval.seconds, preset_xids=xids, pods=pods)
     sim = nvml if isinstance(nvml, SimNvml) else None
-    try:
-        server = MetricsServer.for_collector(collector, args.host, args.port, sim, args.sim_events_from_any_host)
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    server = MetricsServer.for_collector(collector, args.host, args.port, sim, args.sim_events_from_any_host, bounds)
+    server.start()  # OSError (port in use, not a local address): one line, exit 2 (inferwatch.cli)
     collector.start()
     watcher = XidWatcher(nvml, collector)
     watcher.start()
-    # SIGTERM (docker stop, the test harness) ends serve_forever like Ctrl-C, so NVML is shut down cleanly.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    log.info("GPU exporter (nvml=%s, interval %s, XID counters preset for %s) on http://%s:%d/metrics",
-             args.nvml, interval, ",".join(map(str, xids)) or "none", server.host, server.port)
+    # SIGTERM (docker stop, the test harness) stops like Ctrl-C, so NVML is shut down cleanly.
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    log.info("GPU exporter (nvml=%s, interval %s, XID counters preset for %s) on http://%s:%d/metrics "
+             "(at most %d connections, header timeout %gs, idle timeout %gs)", args.nvml, interval,
+             ",".join(map(str, xids)) or "none", server.host, server.port, server.max_connections,
+             bounds.header_timeout_s, bounds.idle_timeout_s)
     try:
-        server.serve_forever()
+        stop.wait()
     finally:
+        server.stop()
         watcher.stop()
         collector.stop()
     return 0

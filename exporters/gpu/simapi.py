@@ -6,8 +6,8 @@ arrive, e.g. `[{"gpu": 0, "ramp": {"temperature_c": 92}, "over": "30s"}]`; answe
 
 Limits, each answered with its own status:
   - only from loopback peers unless the exporter was started with --sim-events-from-any-host (403)
-  - body at most MAX_BODY_BYTES (413); YAML anchors/aliases refused (400), so a few hundred bytes cannot
-    expand into a huge structure; nesting too deep for the parser (400)
+  - body at most MAX_BODY_BYTES (413), received within BODY_TIMEOUT_S (408); YAML anchors/aliases refused
+    (400), so a few hundred bytes cannot expand into a huge structure; nesting too deep for the parser (400)
   - error texts at most MAX_ERROR_CHARS characters, so an answer stays small whatever was posted
   - the simulator's timeline holds at most sim.MAX_TIMELINE entries (400 once full)
 """
@@ -15,9 +15,8 @@ Limits, each answered with its own status:
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -25,6 +24,7 @@ from inferwatch.specload import SpecError, UniqueKeyLoader
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * 1024
+BODY_TIMEOUT_S = 10.0
 MAX_ERROR_CHARS = 300
 
 
@@ -67,32 +67,25 @@ def short(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 1] + "…"
 
 
-def handle(sim: Any, environ: dict, start_response: Callable, any_host: bool) -> list[bytes]:
-    """The WSGI answer to one request for /sim/events."""
-    if not any_host and not is_loopback(environ.get("REMOTE_ADDR", "")):
-        return answer(start_response, "403 Forbidden", {"error": "POST /sim/events is a test-only endpoint, "
-                      "accepted from loopback only (start the exporter with --sim-events-from-any-host to allow "
-                      "other hosts)"})
-    if environ.get("REQUEST_METHOD") != "POST":
-        return answer(start_response, "405 Method Not Allowed", {"error": "POST a list of events"})
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        length = -1
-    if length < 0:
-        return answer(start_response, "400 Bad Request", {"error": "bad Content-Length"})
-    if length > MAX_BODY_BYTES:
-        return answer(start_response, "413 Payload Too Large", {"error": f"body over {MAX_BODY_BYTES} bytes"})
-    raw = environ["wsgi.input"].read(length) if length else b""
+def forbidden(remote: str, any_host: bool) -> dict | None:
+    """The 403 answer for a peer that may not post events (not loopback, without --sim-events-from-any-host),
+    else None."""
+    if any_host or is_loopback(remote):
+        return None
+    return {"error": "POST /sim/events is a test-only endpoint, accepted from loopback only (start the "
+                     "exporter with --sim-events-from-any-host to allow other hosts)"}
+
+
+def too_large() -> dict:
+    return {"error": f"body over {MAX_BODY_BYTES} bytes"}
+
+
+def apply(sim: Any, raw: bytes) -> tuple[int, dict]:
+    """Add the events posted as `raw` to `sim`: (200, {"added": N}), or (400, {"error": reason}) and nothing
+    added."""
     try:
         changes = sim.add_events(parse_events(raw))
     except (ValueError, SpecError) as exc:  # SpecError is a ValueError; named for the reader
-        return answer(start_response, "400 Bad Request", {"error": short(str(exc))})
+        return 400, {"error": short(str(exc))}
     log.info("simulator: %d event(s) added at t=%.1fs", len(changes), sim.now())
-    return answer(start_response, "200 OK", {"added": len(changes)})
-
-
-def answer(start_response: Callable, status: str, body: dict) -> list[bytes]:
-    data = json.dumps(body).encode()
-    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
-    return [data]
+    return 200, {"added": len(changes)}

@@ -5,5 +5,5 @@ Modules: `scrape` (Prometheus scrape_configs for jobs `triton` and `inferwatch-t
 (plain data, index and config parsers), `stats` (the statistics answer with exact integers), `answers`
 (size-bounded reads, float-free JSON), `configcache` (which configurations to fetch), `reader` (HTTP API →
 snapshot), `families` (snapshot → metric families), `collector` (background poll loop, serves the last
-snapshot), `cli` (`inferwatch exporter triton`).
+snapshot), `server` (the bounded /metrics HTTP server), `cli` (`inferwatch exporter triton`).
 """

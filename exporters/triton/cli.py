@@ -8,12 +8,15 @@ import signal
 import threading
 from urllib.parse import urlparse
 
-from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector
 
+from inferwatch import redaction
 from inferwatch.cli import UsageError, add_service_args, add_spec_arg
 from inferwatch.exporters.triton.answers import DEFAULT_MAX_ANSWER_BYTES
 from inferwatch.exporters.triton.collector import TritonCollector
 from inferwatch.exporters.triton.reader import TargetConfig
+from inferwatch.exporters.triton.server import metrics_server
+from inferwatch.httpserver import add_bound_args, bounds_from_args
 from inferwatch.specload import Duration
 
 log = logging.getLogger(__name__)
@@ -28,7 +31,8 @@ def register(subparsers) -> None:
                     "Run Triton with --metrics-config summary_latencies=true so P95 queue time exists.")
     p.add_argument("--triton-url", action="append", default=[], metavar="URL",
                    help="Triton HTTP API base, e.g. http://127.0.0.1:8000 (repeatable; the `triton` label is "
-                        "the URL's host:port)")
+                        "the URL's host:port). Credentials in it (http://USER:PASSWORD@HOST:PORT) are sent as "
+                        "Basic auth and never logged or put in a label")
     p.add_argument("--metrics-url", action="append", default=[], metavar="URL",
                    help="Triton's own /metrics for the N-th --triton-url (repeatable, in the same order; "
                         "default http://HOST:8002/metrics); read to tell whether summaries are on")
@@ -55,6 +59,7 @@ def register(subparsers) -> None:
                    help="models a BLS (Python backend) model calls from its code, which its configuration cannot "
                         "tell: they are then labelled as steps of PARENT like ensemble steps (repeatable)")
     add_service_args(p, DEFAULT_PORT)
+    add_bound_args(p)
     p.set_defaults(func=run)
 
 
@@ -102,6 +107,10 @@ def build_targets(args: argparse.Namespace) -> list[TargetConfig]:
     if len(args.metrics_url) > len(args.triton_url):
         raise UsageError("--metrics-url: more given than --triton-url")
     targets = []
+    # Credentials in a target URL (http://user:pass@triton:8000) are sent (aiohttp makes them a Basic
+    # credential) but never shown: registered for redaction before anything can log or raise with them.
+    for url in (*args.triton_url, *args.metrics_url):
+        redaction.register_url_credentials(url)
     for i, url in enumerate(args.triton_url):
         parsed = urlparse(url)
         try:
@@ -109,15 +118,19 @@ def build_targets(args: argparse.Namespace) -> list[TargetConfig]:
         except ValueError:
             url_port = 0
         if parsed.scheme not in ("http", "https") or not parsed.hostname or url_port == 0:
-            raise UsageError(f"--triton-url: expected http(s)://HOST:PORT with a port 1-65535, got {url!r}")
+            raise UsageError(f"--triton-url: expected http(s)://HOST:PORT with a port 1-65535, "
+                             f"got {redaction.redact(url)!r}")
         metrics = args.metrics_url[i] if i < len(args.metrics_url) else ""
-        targets.append(TargetConfig(parsed.netloc, url, metrics, dict(cli_headers),
+        # The `triton` label is host:port, never the user-info.
+        targets.append(TargetConfig(redaction.address(url), url, metrics, dict(cli_headers),
                                     args.max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES))
     if not args.no_spec_targets and (args.spec or not targets):
         from inferwatch.spec import load_spec
 
         spec = load_spec(args.spec)
         for t in spec.targets.triton:
+            redaction.register_url_credentials(t.url)
+            redaction.register_url_credentials(t.metrics_url)
             headers = {name: secret.reveal() for name, secret in t.headers.items()}
             headers.update(cli_headers)
             targets.append(TargetConfig(t.name, t.url, t.metrics_url, headers,
@@ -138,21 +151,30 @@ def run(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise UsageError("--concurrency: expected at least 1")
     config_max_age = _duration(args.config_max_age, "--config-max-age", zero_ok=True)
+    bounds = bounds_from_args(args)
     collector = TritonCollector(targets, interval=interval, timeout=timeout, concurrency=args.concurrency,
                                 config_max_age=config_max_age, bls_steps=parse_bls_steps(args.bls_step))
-    registry = CollectorRegistry()
+    # The collector's families vary with what was polled (no describe()); `?name[]=` still has to reach them.
+    registry = CollectorRegistry(support_collectors_without_names=True)
     registry.register(collector)
     ProcessCollector(registry=registry)
-    # Bind first: a port that cannot be had fails start-up before any poll runs (and logs).
-    server, _thread = start_http_server(args.port, addr=args.host, registry=registry)
+    # Each target holds up to --concurrency client connections: kept out of the cap on scrape connections.
+    server = metrics_server(registry, args.host, args.port, bounds, client_connections=args.concurrency * len(targets))
+    try:
+        # Bind first: a port that cannot be had fails start-up before any poll runs (and logs).
+        server.start()
+    except BaseException:
+        collector.close()
+        raise
     collector.start()
-    log.info("triton collector on http://%s:%d/metrics polling %s every %gs", args.host, args.port,
-             ", ".join(t.name for t in targets), interval)
+    log.info("triton collector on http://%s:%d/metrics polling %s every %gs (at most %d connections, header "
+             "timeout %gs, idle timeout %gs)", args.host, server.port, ", ".join(t.name for t in targets), interval,
+             server.max_connections, bounds.header_timeout_s, bounds.idle_timeout_s)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         stop.wait()
     finally:
-        server.shutdown()
+        server.stop()
         collector.close()
     return 0

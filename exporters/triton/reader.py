@@ -29,6 +29,7 @@ from inferwatch.exporters.triton.answers import (
 from inferwatch.exporters.triton.configcache import DEFAULT_MAX_AGE_SECONDS, ConfigCache, index_keys
 from inferwatch.exporters.triton.snapshot import PollError, TritonSnapshot, parse_config, parse_index
 from inferwatch.exporters.triton.stats import parse_stats
+from inferwatch.redaction import redact
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,7 @@ class TritonReader:
 
     def _log(self, snap: TritonSnapshot) -> None:
         if not snap.up and self._was_up is not False:
-            log.warning("triton %s (%s) unreachable: %s", self.target.name, self.target.url,
+            log.warning("triton %s (%s) unreachable: %s", self.target.name, redact(self.target.url),
                         snap.errors[0].detail if snap.errors else "no answer")
         elif snap.up and self._was_up is False:
             log.info("triton %s reachable again", self.target.name)

@@ -14,13 +14,16 @@ import dataclasses
 import importlib.metadata
 import json
 import logging
-import re
 from typing import ClassVar, Iterable, Protocol
 
 import requests
 
+from inferwatch import redaction
 from inferwatch.notifier.channels.text import utf8_len  # noqa: F401 - re-exported for older imports
 from inferwatch.notifier.model import Notification
+# The channels redact through the one mechanism: each value given, every registered secret, the credential
+# patterns (URL query keys, Slack hook paths, user-info, Authorization values).
+from inferwatch.redaction import redact  # noqa: F401 - re-exported for the channels
 from inferwatch.spec import Channel as ChannelSpec
 from inferwatch.specload import Secret
 
@@ -218,36 +221,10 @@ def _parse_retry_after(value: str | None) -> float | None:
 
 
 # ------------------------------------------------------------------------------------------ redaction
-_URL_SECRET = re.compile(r"(?i)((?:key|token|access_token|routing_key|sign)=)[^&\s\"']+")
-_SLACK_HOOK = re.compile(r"(/services/)[A-Za-z0-9]+/[A-Za-z0-9]+/[A-Za-z0-9]+")
-
-
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` with each secret value, URL query credentials and Slack hook paths replaced by `<redacted>`."""
-    for value in secrets:
-        if value and len(value) >= 4:
-            text = text.replace(value, "<redacted>")
-    text = _URL_SECRET.sub(r"\1<redacted>", text)
-    return _SLACK_HOOK.sub(r"\1<redacted>", text)
-
-
-class RedactingFilter(logging.Filter):
-    """Redacts URL credentials from another library's log records. urllib3 logs each request line at DEBUG
-    (`"POST /cgi-bin/webhook/send?key=... HTTP/1.1" 200`, `"POST /services/T/B/X ..."`), which would print
-    a WeCom key or a Slack webhook token with `--log-level debug`."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a broken record is not ours to fix
-            return True
-        redacted = redact(message)
-        if redacted != message:
-            record.msg, record.args = redacted, None
-        return True
-
-
-logging.getLogger("urllib3.connectionpool").addFilter(RedactingFilter())
+# urllib3 logs each request line at DEBUG (`"POST /cgi-bin/webhook/send?key=... HTTP/1.1" 200`,
+# `"POST /services/T/B/X ..."`): the one redaction filter on its logger too, so a channel used without the
+# CLI's handlers (a library, a test) cannot print a WeCom key or a Slack webhook token either.
+logging.getLogger("urllib3.connectionpool").addFilter(redaction.FILTER)
 
 
 def short(text: str, limit: int = 200) -> str:

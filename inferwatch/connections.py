@@ -1,8 +1,9 @@
-"""Bounded client connections for the intake server, so idle or slow sockets cannot lock Alertmanager out.
+"""Bounded client connections for inferwatch's aiohttp servers (the notifier's intake, the GPU exporter's and
+the Triton collector's /metrics), so idle or slow sockets cannot lock Alertmanager or Prometheus out.
 
 aiohttp alone keeps a connection that never sends a request for an hour (keepalive_timeout 3630 s) and
 accepts until the process runs out of file descriptors; then every accept() fails, asyncio logs a
-traceback per failed accept, and no webhook gets through. ConnectionGuard adds:
+traceback per failed accept, and no request gets through. ConnectionGuard adds:
   - a header timeout: a connection that has not sent a complete request head within `header_timeout_s`
     of opening is closed (slowloris, idle sockets);
   - an idle timeout: a kept-alive connection idle for `idle_timeout_s` is closed (aiohttp's keep-alive
@@ -12,7 +13,8 @@ traceback per failed accept, and no webhook gets through. ConnectionGuard adds:
     process's file-descriptor limit (less FD_RESERVE for the outbox, the channels and the loop), so accept()
     itself never fails;
   - one log line per condition and minute (ratelog.ConditionLog), also for asyncio's own accept errors.
-The bounds are `notifier.max_connections`, `notifier.header_timeout` and `notifier.idle_timeout`.
+Each service names where its bounds are set (`settings`), so the log line says what to change: the
+notifier's `notifier.max_connections` ..., the exporters' `--max-connections` ... (httpserver.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import dataclasses
 import logging
 import resource
 
-from inferwatch.notifier.ratelog import ConditionLog
+from inferwatch.ratelog import ConditionLog
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +50,10 @@ def raise_fd_limit() -> int:
     return soft
 
 
-def connection_cap(configured: int, fd_limit: int) -> int:
-    """The cap in force: the configured one, lowered to leave FD_RESERVE descriptors free (at least 16)."""
-    return max(16, min(configured, fd_limit - FD_RESERVE))
+def connection_cap(configured: int, fd_limit: int, extra_reserve: int = 0) -> int:
+    """The cap in force: the configured one, lowered to leave FD_RESERVE descriptors free, plus
+    `extra_reserve` a service holds on its own (the Triton collector's client connections); at least 16."""
+    return max(16, min(configured, fd_limit - FD_RESERVE - extra_reserve))
 
 
 @dataclasses.dataclass
@@ -70,12 +73,24 @@ def _requests(handler) -> int:
     return int(getattr(handler, "_request_count", 0))
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Where a service's bounds are set, as its log lines name them."""
+
+    max_connections: str   # e.g. "notifier.max_connections", "--max-connections"
+    header_timeout: str
+
+
 class ConnectionGuard:
-    """Attach to an aiohttp `web.Server` (runner.server) before the site starts; `start()` in its loop."""
+    """Attach to an aiohttp `web.Server` (runner.server) before the site starts; `start()` in its loop.
+
+    `metrics`, when given, has `connections` (a Gauge: open connections) and `connections_closed` (a Counter
+    labelled by reason: connection_cap, header_timeout, idle_timeout)."""
 
     def __init__(self, server, *, max_connections: int, header_timeout_s: float, idle_timeout_s: float,
-                 metrics=None, loop: asyncio.AbstractEventLoop | None = None):
+                 settings: Settings, metrics=None, loop: asyncio.AbstractEventLoop | None = None):
         self.server = server
+        self.settings = settings
         self.max_connections = max_connections
         self.header_timeout_s = header_timeout_s
         self.idle_timeout_s = idle_timeout_s
@@ -151,7 +166,7 @@ class ConnectionGuard:
             closed += 1
         if closed:
             self._log.log("cap", logging.WARNING, "connection cap reached (%d open): closing the oldest idle "
-                          "connections first (notifier.max_connections)", self.max_connections)
+                          "connections first (%s)", self.max_connections, self.settings.max_connections)
         if len(self._conns) > self.max_connections and newest in self._conns:
             self._close(newest, "connection_cap")
             self._log.log("cap-busy", logging.WARNING, "connection cap reached (%d) with every connection busy: "
@@ -199,7 +214,7 @@ class ConnectionGuard:
             self._close(handler, "idle_timeout")
         if slow:
             self._log.log("header", logging.WARNING, "closed %d connection(s) that sent no complete request within "
-                          "%.0fs (notifier.header_timeout)", len(slow), self.header_timeout_s)
+                          "%gs (%s)", len(slow), self.header_timeout_s, self.settings.header_timeout)
         self._gauge()
 
     def _gauge(self) -> None:
