@@ -311,7 +311,10 @@ class ScriptedUpstream:
         if script.length is not None:
             resp.content_length = script.length
         await resp.prepare(request)
-        await play(request, resp, script.items, t0)
+        if request.method == "HEAD":  # the answer to HEAD has no body (RFC 9110 §9.3.2)
+            await resp.write_eof()
+        else:
+            await play(request, resp, script.items, t0)
         return resp
 
     def stop(self):

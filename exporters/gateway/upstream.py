@@ -262,14 +262,21 @@ class Pool:
         self.loop = asyncio.get_running_loop()
         self._idle: list[Connection] = []
 
-    async def connect(self) -> Connection:
-        """An idle connection, or a new one (raises OSError, asyncio.TimeoutError)."""
+    def take(self) -> Connection | None:
+        """An idle connection still fit for reuse, or None (then `connect`)."""
         now = self.loop.time()
         while self._idle:
             conn = self._idle.pop()
             if conn.transport is not None and not conn.transport.is_closing() and now - conn.idle_since < KEEPALIVE_S:
                 return conn
             conn.close()
+        return None
+
+    async def connect(self) -> Connection:
+        """An idle connection, or a new one (raises OSError, asyncio.TimeoutError)."""
+        conn = self.take()
+        if conn is not None:
+            return conn
         async with asyncio.timeout(self.connect_timeout):
             _, conn = await self.loop.create_connection(lambda: Connection(self), self.host, self.port, ssl=self.ssl)
         return conn
