@@ -167,12 +167,12 @@ class ConnectionBounds:
         for conn in victims:
             self._close(conn, None, "connection_cap")
 
-    def _close(self, conn, status: int | None, reason: str) -> None:
+    def _close(self, conn, status: int | None, reason: str, message: str = "") -> None:
         # Out of the tables now (connection_lost comes on a later iteration): the cap counts what is open.
         self.lost(conn)
-        conn.timed_out(status, reason)
         if self.metrics is not None:
             self.metrics.closed.labels(reason).inc()
+        conn.timed_out(status, message)
 
     # ----------------------------------------------------------------------------------------- sweep
     async def _sweep_forever(self) -> None:
@@ -198,9 +198,11 @@ class ConnectionBounds:
             if conn.state == "body" and now - conn.since > self.body_timeout_s:
                 late["body_timeout"].append(conn)
         for reason, conns in late.items():
+            status = 408 if reason != "idle_timeout" else None
+            what = "head" if reason == "header_timeout" else "body"
+            limit = self.header_timeout_s if reason == "header_timeout" else self.body_timeout_s
             for conn in conns:
-                status = 408 if reason != "idle_timeout" else None
-                self._close(conn, status, reason)
+                self._close(conn, status, reason, f"request {what} not received within {limit:g}s")
         if late["header_timeout"]:
             self.log.log("header", logging.WARNING, "closed %d connection(s) that sent no complete request head "
                          "within %gs (gateway.header_timeout)", len(late["header_timeout"]), self.header_timeout_s)

@@ -447,9 +447,11 @@ class ServerConnection(asyncio.Protocol):
             self.transport.close()
 
     # ------------------------------------------------------------------------------------- refusals
-    def _refuse(self, status: int, reason: str, kind: str) -> None:
-        """Answer a request the server cannot read on with `status` and close the connection."""
-        self.server.log.log(kind, logging.INFO, "refused a request from %s: %d %s", self.remote, status, reason)
+    def _refuse(self, status: int, reason: str, kind: str | None) -> None:
+        """Answer a request the server cannot read on with `status` and close the connection; logged under
+        `kind` (once a minute per kind; None: the caller logs)."""
+        if kind is not None:
+            self.server.log.log(kind, logging.INFO, "refused a request from %s: %d %s", self.remote, status, reason)
         self._upgrade = True
         if self._current is None and self.transport is not None and not self.closed:
             body = b'{"error": "%s"}' % reason.replace('"', "'").encode("latin-1", "replace")
@@ -462,9 +464,9 @@ class ServerConnection(asyncio.Protocol):
             self._close_after = True
 
     def timed_out(self, status: int | None, reason: str) -> None:
-        """Called by bounds.py: answer `status` (408 for a request half received) and close."""
+        """Called by bounds.py (which logs): answer `status` (408 for a request half received) and close."""
         if status is not None and self._current is None and self._request is not None:
-            self._refuse(status, reason, "timeout")
+            self._refuse(status, reason, None)
         else:
             self.close()
 
