@@ -220,3 +220,86 @@ def test_upgrade_request_is_answered_plainly_and_the_connection_closed(stack):
         [(status, headers, body)] = answers(s, ["GET"])
         assert (status, body, headers["connection"]) == (200, b"hello", "close")
         assert closed_by_server(s)
+
+
+# --------------------------------------------------------------------- the TTFT path, without sockets
+class _Transport:
+    """A transport that keeps what is written to it (client side or upstream side of the proxy)."""
+
+    def __init__(self):
+        self.written = b""
+        self.closing = False
+
+    def write(self, data):
+        self.written += data
+
+    def writelines(self, parts):
+        self.written += b"".join(parts)
+
+    def is_closing(self):
+        return self.closing
+
+    def get_write_buffer_size(self):
+        return 0
+
+    def close(self):
+        self.closing = True
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+    def get_extra_info(self, _name):
+        return ("127.0.0.1", 40000)
+
+
+def test_request_and_first_event_each_cross_the_proxy_within_the_read_that_brought_them():
+    """A metered request is written upstream from the server's data_received, and a first event that arrives
+    in the same read as the answer's head (as Triton sends them) is written to the client from the upstream's
+    data_received: neither waits for a loop iteration (a task's turn), which under load is where time goes."""
+    import asyncio
+
+    from inferwatch.exporters.gateway import Gateway
+    from inferwatch.exporters.gateway.bounds import ConnectionBounds
+    from inferwatch.exporters.gateway.httpserver import HttpServer, ServerConnection
+    from inferwatch.exporters.gateway.proxy import Proxy
+    from inferwatch.exporters.gateway.upstream import Connection
+
+    event = b'data: {"text_output":"a","output_token_count":1}\n\n'
+
+    async def scenario():
+        gateway = Gateway(make_spec())
+        proxy = Proxy(gateway, "http://127.0.0.1:9")
+        await proxy.open()
+        try:
+            upstream = Connection(proxy.pool)
+            upstream.connection_made(_Transport())
+            upstream.reusable = True
+            proxy.pool.release(upstream)  # an idle upstream connection, as after an earlier request
+            server = HttpServer(proxy.handle, max_body_bytes=LIMIT, bounds=ConnectionBounds(
+                max_connections=64, header_timeout_s=10, body_timeout_s=10, idle_timeout_s=10, fd_limit=1024))
+            client = ServerConnection(server)
+            client.connection_made(_Transport())
+            body = b'{"text_input": "x"}'
+            client.data_received(b"POST /v2/models/toy_llm/generate_stream HTTP/1.1\r\nHost: x\r\nX-Tenant-ID: acme\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            sent_upstream = upstream.transport.written
+            upstream.data_received(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(event), event))
+            to_client = client.transport.written
+            upstream.data_received(b"0\r\n\r\n")
+            task = client._task  # the rest of the request: it ends with the upstream's answer
+            if task is not None:
+                await asyncio.wait_for(task, 5)
+            return sent_upstream, to_client, client.transport.written
+        finally:
+            await proxy.close()
+
+    sent_upstream, to_client, whole = asyncio.run(scenario())
+    assert sent_upstream.startswith(b"POST /v2/models/toy_llm/generate_stream HTTP/1.1\r\n")
+    assert sent_upstream.endswith(b'{"text_input": "x"}')
+    assert to_client.startswith(b"HTTP/1.1 200 OK\r\n") and b"Transfer-Encoding: chunked" in to_client
+    assert to_client.endswith(b"%x\r\n%s\r\n" % (len(event), event))
+    assert whole == to_client + b"0\r\n\r\n"

@@ -41,7 +41,7 @@ from inferwatch.exporters.gateway.api import Gateway
 from inferwatch.exporters.gateway.exchange import Exchange
 from inferwatch.exporters.gateway.httpserver import Request, ServerConnection
 from inferwatch.exporters.gateway.routes import BadTarget, canonical_target, decoded_path
-from inferwatch.exporters.gateway.upstream import Connection, Pool, Response, UpstreamError, request_head
+from inferwatch.exporters.gateway.upstream import Pool, Response, UpstreamError, request_head
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +135,7 @@ class Proxy:
         upstream = self.pool.take()
         if upstream is None:
             return self._connect_then_answer(conn, head, body, ex)
-        return self._answer(conn, *self._send(upstream, head, body), ex)
-
-    def _send(self, upstream: Connection, head: bytes, body: bytes) -> tuple[Response, asyncio.TimerHandle]:
-        resp = upstream.send(head, body)
-        # One timer, cancelled when the head arrives (cheaper than a timeout context per request).
-        return resp, upstream.loop.call_later(self.timeout_s, resp.expire)
+        return _Answer(self, conn, ex, upstream.send(head, body)).run()
 
     async def _unmetered(self, request: Request, conn: ServerConnection, target: str, body: bytes,
                          headers: Headers) -> None:
@@ -187,7 +182,7 @@ class Proxy:
 
     # ------------------------------------------------------------------------------ metered requests
     async def _connect_then_answer(self, conn: ServerConnection, head: bytes, body: bytes, ex: Exchange) -> None:
-        """No idle upstream connection: open one, then as `_answer`."""
+        """No idle upstream connection: open one, then as `_Answer.run`."""
         try:
             upstream = await self.pool.connect()
         except asyncio.CancelledError:
@@ -198,142 +193,7 @@ class Proxy:
         except OSError as exc:
             return self._fail(conn, ex, 502, "error", "upstream unavailable",
                               detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
-        await self._answer(conn, *self._send(upstream, head, body), ex)
-
-    async def _answer(self, conn: ServerConnection, resp: Response, timer: asyncio.TimerHandle,
-                      ex: Exchange) -> None:
-        """Wait for the upstream's answer to a metered request (sent already), then meter and forward it."""
-        try:
-            await resp.head
-        except asyncio.CancelledError:
-            resp.close()
-            ex.finish("cancelled", CLIENT_CLOSED)
-            raise
-        except asyncio.TimeoutError:
-            resp.close()
-            return self._fail(conn, ex, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
-        except UpstreamError as exc:
-            resp.close()
-            return self._fail(conn, ex, 502, "error", "upstream unavailable", detail=f"{self.upstream}: {exc}")
-        finally:
-            timer.cancel()
-        headers_out = _response_headers(resp.headers)
-        ex.response_start(resp.status, _field(headers_out, "content-type"), _field(headers_out, "content-encoding"))
-        if not ex.sse:
-            return await self._whole(conn, resp, ex, headers_out)
-        return await self._relay(conn, resp, ex, headers_out)
-
-    async def _whole(self, conn: ServerConnection, resp: Response, ex: Exchange, headers: Headers) -> None:
-        """A non-streamed LLM response: read it (up to ex.limit bytes), count its tokens, answer with
-        X-Token-Used. A larger answer is relayed unmetered, starting with what was read."""
-        length = resp.content_length
-        if length is not None and length > ex.limit:
-            ex.stop("too_large", f"answer above {ex.limit} bytes (Content-Length)")
-            return await self._relay(conn, resp, ex, headers)
-        parts: list[bytes] = []
-        try:
-            while True:
-                async with asyncio.timeout(self.timeout_s):
-                    data = await resp.read()
-                if not data:
-                    break
-                parts.append(data)
-                ex.chunk(data)
-                if not ex.metering:  # above the limit (or undecodable): no header to wait for
-                    return await self._relay(conn, resp, ex, headers, head=parts)
-        except asyncio.CancelledError:
-            resp.close()
-            ex.finish("cancelled", CLIENT_CLOSED)
-            raise
-        except asyncio.TimeoutError:
-            resp.close()
-            return self._fail(conn, ex, 504, "timeout", f"upstream stalled for {self.timeout_s:g}s")
-        except UpstreamError as exc:
-            resp.close()
-            return self._fail(conn, ex, 502, "error", "upstream response broken", detail=f"{self.upstream}: {exc}")
-        ex.parse_body()
-        meter = ex.meter
-        output, inputs = meter.output_tokens, meter.input_tokens
-        # Unknown is not zero: a count the upstream did not reveal gets no header.
-        if output is not None:
-            headers.append(("X-Token-Used-Output", str(output)))
-        if inputs is not None:
-            headers.append(("X-Token-Used-Input", str(inputs)))
-        if output is not None and inputs is not None:
-            headers.append(("X-Token-Used", str(output + inputs)))
-        try:
-            conn.start(resp.status, resp.reason or None, headers, sum(len(p) for p in parts))
-            for data in parts:
-                conn.write(data)
-            await conn.drain()
-            conn.end()
-        except asyncio.CancelledError:
-            ex.finish("cancelled", resp.status)
-            raise
-        except ConnectionError:
-            ex.finish("cancelled", resp.status)
-            return
-        ex.finish()
-
-    async def _relay(self, conn: ServerConnection, resp: Response, ex: Exchange, headers: Headers,
-                     head: list[bytes] = ()) -> None:
-        """Forward the answer read by read, each read written to the client from the upstream connection's
-        parser callback and metered after (`head`: bytes already read and metered)."""
-        outcome = None
-        try:
-            conn.start(resp.status, resp.reason or None, headers, resp.content_length)
-            for data in head:
-                conn.write(data)
-            transport = conn.transport
-            if conn.closed or transport is None or transport.is_closing():
-                raise ConnectionResetError("client gone")
-            relay = _Relay(transport, conn.chunked, ex.chunk if ex.metering else None, resp)
-            resp.relay(relay.write)
-            await self._until_end(resp, relay)
-            conn.end()
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        except ConnectionError:
-            outcome = "cancelled"  # the client went away while we wrote
-        except asyncio.TimeoutError:
-            outcome = "timeout"
-        except UpstreamError as exc:
-            log.info("upstream stream broken: %s", exc)
-            outcome = "error"
-        finally:
-            if outcome is not None:
-                resp.close()  # stop the upstream's work (Triton cancels on disconnect)
-                if outcome in ("timeout", "error"):
-                    # Cut the client's stream too: ending it cleanly would present a truncated answer as whole.
-                    conn.abort()
-            # A normal end (outcome None) lets an error object sent under 200 name its own code.
-            ex.finish(outcome, None if outcome is None else resp.status)
-
-    async def _until_end(self, resp: Response, relay: "_Relay") -> None:
-        """Wait until the upstream's answer ended (raises what ended it otherwise): asyncio.TimeoutError after
-        `timeout_s` without a read while the client keeps up; while the client's buffer is full the upstream
-        is paused (and the timeout with it) until the buffer drains."""
-        loop = asyncio.get_running_loop()
-        done = resp.done
-        while not done.done():
-            if relay.full:
-                if relay.transport.is_closing():
-                    raise ConnectionResetError("client gone")
-                if relay.transport.get_write_buffer_size() <= _RESUME_BYTES:
-                    relay.full = False
-                    resp.last_read = time.perf_counter()
-                    resp.resume()
-                    continue
-                await asyncio.wait((done,), timeout=_PAUSED_POLL_S)
-                continue
-            wait = resp.last_read + self.timeout_s - time.perf_counter()
-            if wait <= 0:
-                raise asyncio.TimeoutError
-            relay.filled = loop.create_future()  # set by the relay when the client's buffer fills up
-            await asyncio.wait((done, relay.filled), timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            relay.filled = None
-        done.result()
+        await _Answer(self, conn, ex, upstream.send(head, body)).run()
 
     def _refuse(self, request: Request, conn: ServerConnection, path: str) -> None:
         ex = self.gateway.exchange(request.method, path, request.fields, b"", request.started)
@@ -372,6 +232,185 @@ def _field(headers: Headers, name: str) -> str | None:
     return None
 
 
+class _Answer:
+    """The answer to one metered request, sent upstream already: waits for its head, then meters and forwards
+    it. For a stream, the client's head is written and the relay started from the upstream parser's callback
+    (`head`), so that a first event arriving in the same read as the head (Triton sends them together) is
+    forwarded from that read, without waiting for this request's task."""
+
+    __slots__ = ("proxy", "conn", "ex", "resp", "timer", "headers", "relay")
+
+    def __init__(self, proxy: Proxy, conn: ServerConnection, ex: Exchange, resp: Response):
+        self.proxy = proxy
+        self.conn = conn
+        self.ex = ex
+        self.resp = resp
+        self.headers: Headers | None = None
+        self.relay: _Relay | None = None
+        # One timer for the head, cancelled when it arrives (cheaper than a timeout context per request).
+        self.timer = asyncio.get_running_loop().call_later(proxy.timeout_s, resp.expire)
+        resp.on_head = self.head
+
+    def head(self) -> None:
+        """The final head arrived (called from the upstream connection's parser)."""
+        self.timer.cancel()
+        resp = self.resp
+        self.headers = _response_headers(resp.headers)
+        self.ex.response_start(resp.status, _field(self.headers, "content-type"),
+                               _field(self.headers, "content-encoding"))
+        if self.ex.sse and not self.conn.closed:
+            self.start_relay(())
+
+    def start_relay(self, head: list[bytes] | tuple) -> None:
+        """Write the client's head (and `head`: body bytes read and metered already), then relay each read.
+        Raises ConnectionResetError when the client is gone."""
+        conn, resp, ex = self.conn, self.resp, self.ex
+        conn.start(resp.status, resp.reason or None, self.headers, resp.content_length)
+        for data in head:
+            conn.write(data)
+        transport = conn.transport
+        if conn.closed or transport is None or transport.is_closing():
+            raise ConnectionResetError("client gone")
+        self.relay = _Relay(transport, conn.chunked, ex.chunk if ex.metering else None, resp)
+        resp.relay(self.relay.write)
+
+    async def run(self) -> None:
+        proxy, conn, resp, ex = self.proxy, self.conn, self.resp, self.ex
+        try:
+            await resp.head
+        except asyncio.CancelledError:
+            resp.close()
+            ex.finish("cancelled", CLIENT_CLOSED)
+            raise
+        except asyncio.TimeoutError:
+            resp.close()
+            return proxy._fail(conn, ex, 504, "timeout", f"upstream did not answer within {proxy.timeout_s:g}s")
+        except UpstreamError as exc:
+            resp.close()
+            return proxy._fail(conn, ex, 502, "error", "upstream unavailable", detail=f"{proxy.upstream}: {exc}")
+        finally:
+            self.timer.cancel()
+        if not ex.sse:
+            return await self._whole()
+        return await self._relay()
+
+    async def _whole(self) -> None:
+        """A non-streamed LLM response: read it (up to ex.limit bytes), count its tokens, answer with
+        X-Token-Used. A larger answer is relayed unmetered, starting with what was read."""
+        proxy, conn, resp, ex, headers = self.proxy, self.conn, self.resp, self.ex, self.headers
+        length = resp.content_length
+        if length is not None and length > ex.limit:
+            ex.stop("too_large", f"answer above {ex.limit} bytes (Content-Length)")
+            return await self._relay()
+        parts: list[bytes] = []
+        try:
+            while True:
+                async with asyncio.timeout(proxy.timeout_s):
+                    data = await resp.read()
+                if not data:
+                    break
+                parts.append(data)
+                ex.chunk(data)
+                if not ex.metering:  # above the limit (or undecodable): no header to wait for
+                    return await self._relay(head=parts)
+        except asyncio.CancelledError:
+            resp.close()
+            ex.finish("cancelled", CLIENT_CLOSED)
+            raise
+        except asyncio.TimeoutError:
+            resp.close()
+            return proxy._fail(conn, ex, 504, "timeout", f"upstream stalled for {proxy.timeout_s:g}s")
+        except UpstreamError as exc:
+            resp.close()
+            return proxy._fail(conn, ex, 502, "error", "upstream response broken", detail=f"{proxy.upstream}: {exc}")
+        ex.parse_body()
+        meter = ex.meter
+        output, inputs = meter.output_tokens, meter.input_tokens
+        # Unknown is not zero: a count the upstream did not reveal gets no header.
+        if output is not None:
+            headers.append(("X-Token-Used-Output", str(output)))
+        if inputs is not None:
+            headers.append(("X-Token-Used-Input", str(inputs)))
+        if output is not None and inputs is not None:
+            headers.append(("X-Token-Used", str(output + inputs)))
+        try:
+            conn.start(resp.status, resp.reason or None, headers, sum(len(p) for p in parts))
+            for data in parts:
+                conn.write(data)
+            await conn.drain()
+            conn.end()
+        except asyncio.CancelledError:
+            ex.finish("cancelled", resp.status)
+            raise
+        except ConnectionError:
+            ex.finish("cancelled", resp.status)
+            return
+        ex.finish()
+
+    async def _relay(self, head: list[bytes] = ()) -> None:
+        """Forward the answer read by read (started from the head's callback already, or now with `head`,
+        bytes already read and metered) until it ends."""
+        conn, resp = self.conn, self.resp
+        outcome = None
+        try:
+            if self.relay is None:
+                self.start_relay(head)
+            await self._until_end()
+            conn.end()
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except ConnectionError:
+            outcome = "cancelled"  # the client went away while we wrote
+        except asyncio.TimeoutError:
+            outcome = "timeout"
+        except UpstreamError as exc:
+            log.info("upstream stream broken: %s", exc)
+            outcome = "error"
+        finally:
+            if outcome is not None:
+                resp.close()  # stop the upstream's work (Triton cancels on disconnect)
+                if outcome in ("timeout", "error"):
+                    # Cut the client's stream too: ending it cleanly would present a truncated answer as whole.
+                    conn.abort()
+            # A normal end (outcome None) lets an error object sent under 200 name its own code.
+            self.ex.finish(outcome, None if outcome is None else resp.status)
+
+    async def _until_end(self) -> None:
+        """Wait until the upstream's answer ended (raises what ended it otherwise): asyncio.TimeoutError after
+        `timeout_s` without a read while the client keeps up; while the client's buffer is full the upstream
+        is paused (and the timeout with it) until the buffer drains."""
+        resp, relay, timeout_s = self.resp, self.relay, self.proxy.timeout_s
+        loop = asyncio.get_running_loop()
+        done = resp.done
+        while not done.done():
+            if relay.full:
+                if relay.transport.is_closing():
+                    raise ConnectionResetError("client gone")
+                if relay.transport.get_write_buffer_size() <= _RESUME_BYTES:
+                    relay.full = False
+                    resp.last_read = time.perf_counter()
+                    resp.resume()
+                    continue
+                await asyncio.wait((done,), timeout=_PAUSED_POLL_S)
+                continue
+            wait = resp.last_read + timeout_s - time.perf_counter()
+            if wait <= 0:
+                raise asyncio.TimeoutError
+            # One future, woken by the end, by the relay when the client's buffer fills up, or by the timer
+            # (cheaper than asyncio.wait, which this runs once per request).
+            waiter = relay.filled = loop.create_future()
+            done.add_done_callback(relay.wake)
+            timer = loop.call_later(wait, relay.wake)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                done.remove_done_callback(relay.wake)
+                relay.filled = None
+        done.result()
+
+
 class _Relay:
     """The hot path: each upstream read is written to the client's transport (chunk-framed when the
     response is chunked, RFC 9112 §7.1) and then metered. `write` returns True when the client's buffer is
@@ -402,6 +441,9 @@ class _Relay:
 
     def _fill(self) -> bool:
         self.full = True
+        self.wake()
+        return True
+
+    def wake(self, _done=None) -> None:
         if self.filled is not None and not self.filled.done():
             self.filled.set_result(None)
-        return True

@@ -45,7 +45,7 @@ class Response:
     the last body read (in relay mode, stamped by the relay's write)."""
 
     __slots__ = ("status", "reason", "headers", "content_length", "head", "done", "_parts", "_more", "_write",
-                 "_conn", "last_read")
+                 "_conn", "last_read", "on_head")
 
     def __init__(self, conn: "Connection", loop: asyncio.AbstractEventLoop):
         self.status = 0
@@ -59,6 +59,8 @@ class Response:
         self._write: Callable[[bytes], bool] | None = None
         self._conn = conn
         self.last_read = time.perf_counter()  # the relay's clock (it stamps each read for the meter too)
+        # Called from the parser when the final head is complete, before any body byte is handed over.
+        self.on_head: Callable[[], None] | None = None
 
     # ---------------------------------------------------------------- the handler's side
     async def read(self) -> bytes:
@@ -203,6 +205,8 @@ class Connection(asyncio.Protocol):
         self._until_close = r.content_length is None and not chunked
         if not r.head.done():
             r.head.set_result(None)
+            if r.on_head is not None:
+                r.on_head()
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
