@@ -185,6 +185,10 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.server.bounds.lost(self)
+        # The parser refers back to this protocol (its callbacks), the transport too: without the cycle,
+        # reference counting frees a closed connection (no garbage-collector pause per few connections).
+        self.parser = None
+        self.transport = None
         if self._write_ready is not None and not self._write_ready.done():
             self._write_ready.set_result(None)
         task = self._task

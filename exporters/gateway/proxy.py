@@ -275,6 +275,12 @@ class _Answer:
         resp.relay(self.relay.write)
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self.resp.detach()
+
+    async def _run(self) -> None:
         proxy, conn, resp, ex = self.proxy, self.conn, self.resp, self.ex
         try:
             await resp.head
