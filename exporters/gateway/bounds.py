@@ -27,7 +27,7 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from inferwatch.notifier.connections import raise_fd_limit
+from inferwatch.notifier.connections import log_accept_errors, raise_fd_limit
 from inferwatch.notifier.ratelog import ConditionLog
 
 log = logging.getLogger(__name__)
@@ -88,22 +88,9 @@ class ConnectionBounds:
         if self._sweeper is not None:
             return
         self._sweeper = loop.create_task(self._sweep_forever())
-        default = loop.get_exception_handler()
-
-        def on_loop_error(loop, context):
-            # asyncio reports a failed accept() (EMFILE, ENFILE, ENOBUFS) with a traceback each time and retries
-            # a second later: say it once a minute. Below the cap it does not happen; another process's
-            # descriptors (or a lowered limit) can still cause it.
-            if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
-                self.log.log("accept", logging.ERROR, "cannot accept connections: %s (%d open)",
-                             context.get("exception"), len(self._open))
-                return
-            if default is not None:
-                default(loop, context)
-            else:
-                loop.default_exception_handler(context)
-
-        loop.set_exception_handler(on_loop_error)
+        # Below the cap accept() does not fail; another process's descriptors (or a lowered limit) can still
+        # make it: one line a minute then.
+        log_accept_errors(loop, self.log, self.max_connections)
 
     async def shutdown(self, grace_s: float) -> None:
         """Close idle connections now, busy ones once done or after `grace_s` (their handlers are cancelled)."""

@@ -1,14 +1,14 @@
 """The gateway's client-facing HTTP/1.1 server: requests parsed by httptools inside the connection's protocol.
 
 Why not aiohttp's server (which the gateway used) or uvicorn: measured with benchmarks/gateway_hotpath.py
-(README, "Overhead"), a sequential request to a trivial handler takes about 190 µs p50 and 180 µs of CPU
-through aiohttp's server, 140 µs and 100 µs through uvicorn (httptools, uvloop, a raw ASGI app), and about
-65 µs and 50 µs through a protocol that parses with httptools itself; a bare protocol answering without
-parsing takes about 45 µs. On the gateway's own benchmark, aiohttp's server side was what kept the added
-TTFT above budget. uvicorn would also have to be reached into: its ASGI `send` is a coroutine per event (the
-proxy writes each upstream read to the client's transport from the upstream parser's callback, with no task
-switch), it has no header timeout (a slow-loris client holds a connection for ever) and it refuses new
-requests with 503 above its limit instead of closing idle connections.
+(README, "Overhead"; one run at load 1.1), a sequential request to a trivial handler takes 191 µs p50 and
+160 µs of server CPU through aiohttp's server, 135 µs and 110 µs through uvicorn 0.54 (httptools, uvloop, a
+raw ASGI app), 110 µs and 70 µs through this server, and 52 µs and 30 µs through a bare protocol answering
+without parsing. On the gateway's own benchmark, aiohttp's server side was what kept the added TTFT above
+budget. uvicorn would also have to be reached into: its ASGI `send` is a coroutine per event (the proxy writes
+each upstream read to the client's transport from the upstream parser's callback, with no task switch), it
+has no header timeout (a slow-loris client holds a connection for ever) and above its limit it refuses new
+requests with 503 instead of closing idle connections.
 
 What this module does, and only this: parse with httptools (llhttp, the parser of Node.js and uvicorn), hand
 each complete request to the handler, write the response head and its framing (Content-Length, chunked
@@ -475,8 +475,8 @@ class ServerConnection(asyncio.Protocol):
             self.close()
 
 
+_REASONS = {int(s): s.phrase for s in http.HTTPStatus}
+
+
 def _reason(status: int) -> str:
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return "Unknown"
+    return _REASONS.get(status, "Unknown")
