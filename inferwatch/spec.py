@@ -329,6 +329,8 @@ class GatewaySettings:
                                                     "(of opening, or of the request's first byte); else closed")
     body_timeout: Duration = field(_d("60s"), doc="a request body must arrive within this of its head (else 408)")
     idle_timeout: Duration = field(_d("75s"), doc="a kept-alive connection without a request this long is closed")
+    send_timeout: Duration = field(_d("60s"), doc="a client that takes nothing of its answer this long (its buffer "
+                                                  "full) is cut off; the upstream request is closed")
 
     def _validate(self, path: str) -> None:
         for name in ("max_body_bytes", "max_answer_bytes"):

@@ -5,8 +5,9 @@ The attack: the real gateway process with 1,024 file descriptors, 1,100 idle TCP
 (reopened as soon as the gateway closes one) and a few slow-loris connections trickling a request head; metered
 streams, each on a new connection, must still go through during the attack, whole and metered, and the log gets
 one line per condition, not a traceback per accept. Also, in process: the header timeout (408 for a head half
-sent), the idle timeout, the body timeout (408) and the cap (the connection idle longest closed first) each
-close what they should, and none of them cuts a request in progress.
+sent), the idle timeout, the body timeout (408), the send timeout (a client that reads nothing of its answer,
+metered or not) and the cap (the connection idle longest closed first) each close what they should, and none
+of them cuts a request in progress.
 """
 
 from __future__ import annotations
@@ -161,6 +162,9 @@ def upstream():
     up = ScriptedUpstream()
     up.scripts["chat"] = Script(EVENTS)
     up.scripts["long"] = Script([EVENTS[0], ("at", 3.5), *EVENTS[1:]])
+    # Far more than the client's and the gateway's buffers hold: a client that reads nothing stalls it.
+    up.scripts["flood-stream"] = Script([("bulk", 256 * 2**20, EVENTS[0] * 100)])
+    up.scripts["flood-plain"] = Script([("bulk", 256 * 2**20, b"x" * 8192)], content_type="text/plain")
     yield up
     up.stop()
 
@@ -168,7 +172,7 @@ def upstream():
 @pytest.fixture
 def proxy(upstream):
     p = RunningProxy(upstream.url, make_spec(header_timeout="1s", idle_timeout="2s", body_timeout="1s",
-                                             max_connections=16))
+                                             send_timeout="1s", max_connections=16))
     yield p
     p.stop()
 
@@ -205,6 +209,26 @@ def test_body_timeout_answers_408(proxy):
         s.settimeout(10)
         assert s.recv(4096).startswith(b"HTTP/1.1 408")
     assert closed(proxy, "body_timeout") == 1
+
+
+@pytest.mark.parametrize("row, request_line", [
+    ("flood-stream", b"POST /v1/chat/completions HTTP/1.1"),  # metered: the relay pauses, then cuts
+    ("flood-plain", b"GET /v2/repository/index HTTP/1.1"),   # unmetered: the pass-through's drain cuts
+])
+def test_send_timeout_cuts_off_a_client_that_reads_nothing(proxy, upstream, row, request_line):
+    body = b'{"model": "gpt-test", "stream": true}'
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # takes little before it stalls
+    s.connect(("127.0.0.1", proxy.port))
+    with s:
+        s.sendall(request_line + b"\r\nHost: x\r\nX-Tenant-ID: acme\r\nX-Script: %s\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (row.encode(), len(body), body))
+        wait_until(lambda: closed(proxy, "send_timeout") == 1, timeout=20, what="the client cut off")
+        assert _closed_within(s, 10) is not None  # whatever it had buffered, then the end
+    if row == "flood-stream":
+        proxy.wait_requests(1, tenant="acme", outcome="cancelled")
+        assert proxy.usages[-1].outcome == "cancelled"
+    assert closed(proxy, "header_timeout") == closed(proxy, "idle_timeout") == 0
 
 
 def test_a_stream_longer_than_every_timeout_is_not_cut(proxy):
@@ -253,6 +277,6 @@ def test_cap_closes_the_connection_idle_longest_first_and_never_a_request_in_pro
 def test_bounds_are_in_the_spec_with_their_defaults():
     gateway = make_spec().gateway
     assert (gateway.max_connections, gateway.header_timeout.seconds, gateway.body_timeout.seconds,
-            gateway.idle_timeout.seconds) == (4096, 10, 60, 75)
+            gateway.idle_timeout.seconds, gateway.send_timeout.seconds) == (4096, 10, 60, 75, 60)
     with pytest.raises(Exception, match="max_connections"):
         make_spec(max_connections=1)

@@ -4,11 +4,13 @@ file descriptors that streams need.
 A server that keeps a connection open as long as its client likes (aiohttp's default keep-alive: 3,630 s)
 and accepts until the process runs out of descriptors can be locked by a few thousand idle or slow-loris
 sockets: every accept() then fails and no stream gets through. The bounds (spec `gateway:`):
-  - header timeout (`header_timeout`, 10 s): a connection must complete a request head within this of
-    opening, and a kept-alive one within this of the request's first byte; else it is closed (408 when part of
-    a head arrived);
+  - header timeout (`header_timeout`, 10 s): a request head must be complete within this of its first byte,
+    and a new connection that sends nothing is closed this long after opening (408 when part of a head
+    arrived, else closed without an answer);
   - body timeout (`body_timeout`, 60 s): a request body must arrive within this of its head (else 408);
-  - idle timeout (`idle_timeout`, 60 s): a kept-alive connection without a request this long is closed;
+  - idle timeout (`idle_timeout`, 75 s): a kept-alive connection without a request this long is closed;
+  - send timeout (`send_timeout`, 60 s): a client that takes nothing of its answer this long (the gateway's
+    buffer towards it full) is cut off and its upstream request closed (the proxy checks it while it waits);
   - a cap (`max_connections`, 4,096): beyond it the connections that are idle or still sending a head are
     closed, the one idle longest first; a request whose head has arrived is never cut; only when no connection
     is idle is the new one closed. The cap is lowered so that it stays below the process's file-descriptor
@@ -38,7 +40,7 @@ ACCEPT_BACKLOG = 128
 # MAX_IDLE_CONNECTIONS) and the process's own (logs, /metrics, its render's pipes, the loop).
 FD_RESERVE = ACCEPT_BACKLOG + 256 + 64
 SWEEP_INTERVAL_S = 1.0
-CLOSE_REASONS = ("header_timeout", "body_timeout", "idle_timeout", "connection_cap")
+CLOSE_REASONS = ("header_timeout", "body_timeout", "idle_timeout", "send_timeout", "connection_cap")
 
 
 def connection_cap(configured: int, fd_limit: int) -> int:
@@ -53,7 +55,8 @@ class ConnectionMetrics:
         self.open = Gauge("gateway_client_connections", "Open client connections to the gateway's proxy port.",
                           registry=registry, multiprocess_mode="livesum")
         self.closed = Counter("gateway_client_connections_closed", "Client connections the gateway closed itself, "
-                              "by reason (header_timeout|body_timeout|idle_timeout|connection_cap).", ("reason",),
+                              "by reason (header_timeout|body_timeout|idle_timeout|send_timeout|connection_cap).",
+                              ("reason",),
                               registry=registry)
         for reason in CLOSE_REASONS:
             self.closed.labels(reason)
@@ -66,12 +69,14 @@ class ConnectionBounds:
     `lost`; they offer `timed_out(status, reason)` and `close()`."""
 
     def __init__(self, *, max_connections: int, header_timeout_s: float, body_timeout_s: float,
-                 idle_timeout_s: float, metrics: ConnectionMetrics | None = None, fd_limit: int | None = None):
+                 idle_timeout_s: float, send_timeout_s: float = 60.0, metrics: ConnectionMetrics | None = None,
+                 fd_limit: int | None = None):
         self.configured = max_connections
         self.max_connections = connection_cap(max_connections, fd_limit if fd_limit is not None else raise_fd_limit())
         self.header_timeout_s = header_timeout_s
         self.body_timeout_s = body_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.send_timeout_s = send_timeout_s
         self.backlog = ACCEPT_BACKLOG
         self.metrics = metrics
         self.log = ConditionLog(log)
@@ -154,12 +159,18 @@ class ConnectionBounds:
         for conn in victims:
             self._close(conn, None, "connection_cap")
 
-    def _close(self, conn, status: int | None, reason: str, message: str = "") -> None:
+    def send_timed_out(self, conn) -> None:
+        """`conn`'s client took nothing of its answer for send_timeout_s: count, log (once a minute), cut."""
+        self.log.log("send", logging.WARNING, "cut off a client that took nothing of its answer for %gs "
+                     "(gateway.send_timeout)", self.send_timeout_s)
+        self._close(conn, None, "send_timeout", abort=True)
+
+    def _close(self, conn, status: int | None, reason: str, message: str = "", abort: bool = False) -> None:
         # Out of the tables now (connection_lost comes on a later iteration): the cap counts what is open.
         self.lost(conn)
         if self.metrics is not None:
             self.metrics.closed.labels(reason).inc()
-        conn.timed_out(status, message)
+        conn.timed_out(status, message, abort)
 
     # ----------------------------------------------------------------------------------------- sweep
     async def _sweep_forever(self) -> None:

@@ -277,7 +277,10 @@ class ServerConnection(asyncio.Protocol):
             r.content_length = int(length)  # llhttp accepted it: digits only
             if r.content_length > self.server.max_body_bytes:
                 self._too_large(r)
-        if r.fields.get("expect", "").lower() == "100-continue" and r.version >= (1, 1) and self.transport:
+        if (r.fields.get("expect", "").lower() == "100-continue" and r.version >= (1, 1) and self.transport
+                and self._current is None and not self._queue):
+            # Not while an earlier answer is being written on the connection: the interim answer would land
+            # inside it (the client then sends its body after its own wait, RFC 9110 §10.1.1).
             self.transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
@@ -326,8 +329,8 @@ class ServerConnection(asyncio.Protocol):
             self.server.bounds.changed(self)
 
     def _next(self) -> None:
-        """Answer the next queued request."""
-        if self.closed or not self._queue:
+        """Answer the next queued request (none while one is being answered)."""
+        if self.closed or not self._queue or self._current is not None:
             return
         r = self._current = self._queue.popleft()
         if not self._reading and not self._upgrade and len(self._queue) < PIPELINE_DEPTH:
@@ -419,12 +422,24 @@ class ServerConnection(asyncio.Protocol):
             transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
 
     async def drain(self) -> None:
-        """Wait while the client's buffer is above the transport's high-water mark."""
-        while self._writing_paused and not self.closed:
-            self._write_ready = self.loop.create_future()
-            await self._write_ready
+        """Wait while the client's buffer is above the transport's high-water mark. Raises
+        ConnectionResetError when the client is gone, or took nothing for the send timeout (then cut off)."""
+        if self._writing_paused and not self.closed:
+            try:
+                async with asyncio.timeout(self.server.bounds.send_timeout_s):
+                    while self._writing_paused and not self.closed:
+                        self._write_ready = self.loop.create_future()
+                        await self._write_ready
+            except TimeoutError:
+                self.send_timed_out()
         if self.closed:
             raise ConnectionResetError("client gone")
+
+    def send_timed_out(self) -> None:
+        """The client took nothing of its answer for the send timeout: cut it off (bounds.py counts it)."""
+        self._close_after = True
+        self.server.bounds.send_timed_out(self)
+        self.closed = True  # at once: the caller stops writing (connection_lost follows)
 
     def end(self) -> None:
         """The body is complete."""
@@ -467,9 +482,13 @@ class ServerConnection(asyncio.Protocol):
         else:
             self._close_after = True
 
-    def timed_out(self, status: int | None, reason: str) -> None:
-        """Called by bounds.py (which logs): answer `status` (408 for a request half received) and close."""
-        if status is not None and self._current is None and self._request is not None:
+    def timed_out(self, status: int | None, reason: str, abort: bool = False) -> None:
+        """Called by bounds.py (which logs): answer `status` (408 for a request half received) and close;
+        `abort`: drop what is still buffered for the client (it takes nothing) and close at once."""
+        if abort:
+            if self.transport is not None:
+                self.transport.abort()
+        elif status is not None and self._current is None and self._request is not None:
             self._refuse(status, reason, None)
         else:
             self.close()

@@ -389,15 +389,23 @@ class _Answer:
         resp, relay, timeout_s = self.resp, self.relay, self.proxy.timeout_s
         loop = asyncio.get_running_loop()
         done = resp.done
+        stalled = None  # since when the client's buffer has been full
         while not done.done():
             if relay.full:
-                if relay.transport.is_closing():
+                if relay.transport.is_closing() or self.conn.closed:
                     raise ConnectionResetError("client gone")
+                now = time.perf_counter()
                 if relay.transport.get_write_buffer_size() <= _RESUME_BYTES:
                     relay.full = False
-                    resp.last_read = time.perf_counter()
+                    stalled = None
+                    resp.last_read = now
                     resp.resume()
                     continue
+                if stalled is None:
+                    stalled = now
+                elif now - stalled > self.conn.server.bounds.send_timeout_s:
+                    self.conn.send_timed_out()
+                    raise ConnectionResetError("client took nothing of its answer")
                 await asyncio.wait((done,), timeout=_PAUSED_POLL_S)
                 continue
             wait = resp.last_read + timeout_s - time.perf_counter()

@@ -68,6 +68,7 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int | None, me
                               header_timeout_s=settings.header_timeout.seconds,
                               body_timeout_s=settings.body_timeout.seconds,
                               idle_timeout_s=settings.idle_timeout.seconds,
+                              send_timeout_s=settings.send_timeout.seconds,
                               metrics=ConnectionMetrics(proxy.gateway.metrics.registry))
     server = HttpServer(proxy.handle, max_body_bytes=proxy.max_body_bytes, bounds=bounds)
     metrics_runner = None
