@@ -216,8 +216,10 @@ class ServerConnection(asyncio.Protocol):
             cause = exc.__context__
             if isinstance(cause, _Refused):
                 return self._refuse(cause.status, cause.reason, "request")
-            if not isinstance(cause, _Stop):
-                raise
+            if not isinstance(cause, _Stop):  # a bug here, not the client's input: logged whole
+                log.error("reading a request failed", exc_info=cause)
+                self.close()
+                return
         except httptools.HttpParserError as exc:
             return self._refuse(400, f"malformed request: {exc}", "malformed")
         if self._in_head:
