@@ -304,3 +304,29 @@ def test_request_and_first_event_each_cross_the_proxy_within_the_read_that_broug
     assert to_client.startswith(b"HTTP/1.1 200 OK\r\n") and b"Transfer-Encoding: chunked" in to_client
     assert to_client.endswith(b"%x\r\n%s\r\n" % (len(event), event))
     assert whole == to_client + b"0\r\n\r\n"
+
+
+NOT_ASCII = b"caf\xc3\xa9 \xff\xfe"  # UTF-8 and bytes that are not UTF-8 (obs-text, RFC 9110 §5.5)
+REPLY = "café – ünï".encode()  # what the upstream here can send (aiohttp writes fields as UTF-8)
+
+
+@pytest.mark.parametrize("row, request_line, note", [
+    ("metered", b"POST /v1/chat/completions HTTP/1.1", NOT_ASCII),
+    # Unmetered requests go upstream through aiohttp's client, which writes fields as UTF-8: bytes that are
+    # not UTF-8 do not survive it, so this row sends UTF-8 only.
+    ("unmetered", b"POST /v2/other HTTP/1.1", REPLY),
+])
+def test_header_bytes_beyond_ascii_cross_unchanged_both_ways(stack, row, request_line, note):
+    proxy, up = stack
+    up.scripts[f"bytes-{row}"] = Script([b"ok"], content_type="text/plain", length=2,
+                                        headers={"X-Reply": REPLY.decode()})
+    body = b'{"model": "gpt-test"}'
+    with connect(proxy.port) as s:
+        s.sendall(request_line + b"\r\nHost: x\r\nX-Script: bytes-%s\r\nX-Note: %s\r\nContent-Length: %d\r\n\r\n%s"
+                  % (row.encode(), note, len(body), body))
+        head = b""
+        while b"\r\n\r\nok" not in head:
+            head += s.recv(65536)
+    assert head.startswith(b"HTTP/1.1 200") and b"\r\nX-Reply: " + REPLY + b"\r\n" in head
+    # aiohttp (the upstream here) decodes fields as UTF-8 with surrogateescape: equal text means equal bytes.
+    assert up.received[-1]["headers"]["X-Note"].encode("utf-8", "surrogateescape") == note

@@ -60,8 +60,9 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class Request:
-    """One parsed request. `target`: the request target as sent (str); `headers`: [(name, value)] as sent
-    (latin-1), repeated fields kept; `fields`: lower-case name → first value; `body`: bytes (b"" when
+    """One parsed request. `target`: the request target as sent (str); `headers`: [(name, value)] as sent,
+    repeated fields kept (text is UTF-8 with surrogateescape: any byte round-trips exactly when encoded the
+    same way, as the proxy does for the upstream and for the answer's head); `fields`: lower-case name → first value; `body`: bytes (b"" when
     `too_large`); `started`: time.perf_counter() when its head was complete; `remote`: the peer's address."""
 
     __slots__ = ("method", "target", "version", "headers", "fields", "body", "started", "keep_alive", "remote",
@@ -79,10 +80,6 @@ class Request:
         self.remote: str | None = None
         self.too_large = False
         self.content_length: int | None = None
-
-    def getall(self, name: str) -> list[str]:
-        """Every value of the field `name` (lower case), in the order sent."""
-        return [v for k, v in self.headers if k.lower() == name]
 
 
 Handler = Callable[[Request, "ServerConnection"], "Coroutine | None"]
@@ -258,7 +255,7 @@ class ServerConnection(asyncio.Protocol):
         if self._head_size > MAX_HEAD_BYTES:
             raise _Refused(431, f"request head above {MAX_HEAD_BYTES} bytes")
         r = self._request
-        k, v = name.decode("latin-1"), value.decode("latin-1")
+        k, v = name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")
         r.headers.append((k, v))
         r.fields.setdefault(k.lower(), v)
 
@@ -266,7 +263,7 @@ class ServerConnection(asyncio.Protocol):
         r = self._request
         p = self.parser
         r.method = p.get_method().decode("latin-1")
-        r.target = b"".join(self._url).decode("latin-1")
+        r.target = b"".join(self._url).decode("utf-8", "surrogateescape")
         r.version = (1, 1) if p.get_http_version() == "1.1" else (1, 0)
         r.keep_alive = p.should_keep_alive()
         r.remote = self.remote
@@ -413,7 +410,7 @@ class ServerConnection(asyncio.Protocol):
         elif r.version < (1, 1):
             lines.append("Connection: keep-alive")
         if not self.closed and not self.transport.is_closing():
-            self.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace"))
+            self.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape"))
 
     def write(self, data: bytes) -> None:
         """Write body bytes (framed when chunked). Raises ConnectionResetError when the client is gone."""

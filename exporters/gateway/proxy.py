@@ -119,8 +119,15 @@ class Proxy:
         body = request.body
         ex = self.gateway.exchange(request.method, path, request.fields, body, request.started)
         # A list, so a header the client repeats reaches the upstream repeated, not collapsed to one.
-        headers = [(k, v) for k, v in request.headers if k.lower() not in _NOT_FORWARDED]
-        forwarded = ", ".join(request.getall("x-forwarded-for"))
+        headers = []
+        chain = []
+        for k, v in request.headers:
+            lower = k.lower()
+            if lower not in _NOT_FORWARDED:
+                headers.append((k, v))
+            elif lower == "x-forwarded-for":
+                chain.append(v)
+        forwarded = ", ".join(chain)
         if request.remote:
             forwarded = f"{forwarded}, {request.remote}" if forwarded else request.remote
         if forwarded:

@@ -191,10 +191,12 @@ class Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_status(self, status: bytes) -> None:
-        self.response.reason += status.decode("latin-1")
+        self.response.reason += status.decode("utf-8", "surrogateescape")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.response.headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        # Decoded as the server decodes requests (httpserver.py), so the head re-encodes to the bytes sent.
+        self.response.headers.append((name.decode("utf-8", "surrogateescape"),
+                                      value.decode("utf-8", "surrogateescape")))
 
     def on_headers_complete(self) -> None:
         r = self.response
