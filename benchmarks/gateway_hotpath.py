@@ -4,13 +4,15 @@
    32-event chunked Triton stream read by read, relayed to a transport that drops the bytes, with metering
    (the gateway's hot path) and without (the relay alone). CPU time per event (time.process_time), the
    median of --rounds rounds. The difference is what metering costs per event.
-2. Server round trip: sequential requests (one at a time, keep-alive) to a trivial aiohttp handler (the
-   gateway's server side) and to a bare uvloop protocol that answers the same bytes, each in its own process;
-   p50 and minimum microseconds per round trip. What the server framework adds to every request's path,
-   the TTFT path included.
+2. Server round trip: sequential requests (one at a time, keep-alive) to a trivial handler, each server in its
+   own process on uvloop: the gateway's own server (exporters/gateway/httpserver.py, httptools), aiohttp's
+   server (what the gateway used before), uvicorn with httptools and a raw ASGI app (when uvicorn is
+   importable; it is not a dependency: `pip install uvicorn` to include it) and a bare protocol that answers
+   the same bytes without parsing; p50 and minimum microseconds per round trip, and the server's CPU per
+   request (from /proc). What the server side adds to every request's path, the TTFT path included.
 Prints a final JSON line.
 
-    .venv/bin/python benchmarks/gateway_hotpath.py [--requests 2000] [--round-trips 400]
+    .venv/bin/python benchmarks/gateway_hotpath.py [--requests 2000] [--round-trips 1000]
 """
 
 from __future__ import annotations
@@ -116,6 +118,38 @@ def serve(kind: str, port: int) -> None:
         uvloop.install()
         web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, handler_cancellation=True)
         return
+    if kind == "uvicorn":
+        import uvicorn
+
+        async def app(scope, receive, send):
+            if scope["type"] != "http":
+                return
+            more = True
+            while more:
+                more = (await receive()).get("more_body", False)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"x", "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+        uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", lifespan="off",
+                    access_log=False, log_level="warning")
+        return
+    if kind == "gateway":
+        from inferwatch.exporters.gateway.bounds import ConnectionBounds
+        from inferwatch.exporters.gateway.httpserver import HttpServer
+
+        def handler(request, conn):
+            conn.start(200, None, [], None)
+            conn.write(b"x")
+            conn.end()
+
+        async def main():
+            bounds = ConnectionBounds(max_connections=4096, header_timeout_s=10, body_timeout_s=60, idle_timeout_s=75)
+            await HttpServer(handler, max_body_bytes=1 << 20, bounds=bounds).start("127.0.0.1", port)
+            await asyncio.Event().wait()
+
+        uvloop.run(main())
+        return
 
     class Answer(asyncio.Protocol):
         def connection_made(self, transport):
@@ -130,6 +164,11 @@ def serve(kind: str, port: int) -> None:
             await server.serve_forever()
 
     uvloop.run(main())
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def round_trips(port: int, count: int) -> tuple[float, float]:
@@ -161,7 +200,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000, help="32-event streams per round (default 2000)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported (default 5)")
-    ap.add_argument("--round-trips", type=int, default=400, help="sequential requests per server (default 400)")
+    ap.add_argument("--round-trips", type=int, default=1000, help="sequential requests per server (default 1000)")
     ap.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -172,23 +211,32 @@ def main() -> int:
     print(f"per event, in process: relay {hot['relay_only']} us, relay + metering {hot['metered']} us",
           file=sys.stderr)
     servers = {}
-    for kind in ("aiohttp", "protocol"):
+    kinds = ["gateway", "aiohttp", "uvicorn", "protocol"]
+    try:
+        import uvicorn  # noqa: F401
+    except ImportError:
+        kinds.remove("uvicorn")
+    for kind in kinds:
         port = free_port()
         proc = ManagedProcess(kind, [sys.executable, __file__, "--serve", kind, str(port)],
                               Path(os.devnull), ready=lambda: tcp_ok(port))
         proc.start(timeout=30)
         try:
             round_trips(port, 50)  # warm-up
-            servers[kind] = round_trips(port, args.round_trips)
+            cpu0 = cpu_seconds(proc.proc.pid)
+            p50, low = round_trips(port, args.round_trips)
+            cpu = (cpu_seconds(proc.proc.pid) - cpu0) / args.round_trips * 1e6
+            servers[kind] = {"p50_us": p50, "min_us": low, "cpu_us_per_request": round(cpu)}
         finally:
             proc.stop()
-        print(f"round trip, {kind:8s}: p50 {servers[kind][0]} us, min {servers[kind][1]} us", file=sys.stderr)
+        print(f"round trip, {kind:8s}: p50 {p50} us, min {low} us, server CPU {servers[kind]['cpu_us_per_request']} "
+              f"us per request", file=sys.stderr)
     print(json.dumps({
         "relay_us_per_event": hot["relay_only"], "relay_and_metering_us_per_event": hot["metered"],
         "metering_us_per_event": round(hot["metered"] - hot["relay_only"], 2),
-        "aiohttp_round_trip_p50_us": servers["aiohttp"][0], "aiohttp_round_trip_min_us": servers["aiohttp"][1],
-        "protocol_round_trip_p50_us": servers["protocol"][0], "protocol_round_trip_min_us": servers["protocol"][1],
-        "load_average_1m": round(load0, 2), "cpus": os.cpu_count()}))
+        "round_trips": servers, "uvicorn_skipped": None if "uvicorn" in servers else "uvicorn not importable",
+        "load_average_1m_before": round(load0, 2), "load_average_1m_after": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count()}))
     return 0
 
 

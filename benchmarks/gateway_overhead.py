@@ -15,7 +15,7 @@ Phases of one run:
 2. the 64-stream phase again with the gateway's /metrics scraped every --scrape-interval seconds (as
    Prometheus would), with --tenants tenants' series warmed up (a production-sized page);
 3. references at 64 streams, one path at a time next to direct (CPU per event and added TTFT): the same
-   gateway process forwarding an unmetered path (aiohttp's client and server, which the gateway keeps for
+   gateway process forwarding an unmetered path (its own server and aiohttp's client, which the gateway keeps for
    unmetered requests, without metering) and a byte pipe on uvloop's protocols (no HTTP, no metering: the
    floor of a Python hop on this machine);
 4. saturation (--saturate seconds, 0 to skip): --streams closed-loop streams with no token delay, direct,
@@ -443,7 +443,8 @@ def one_run(args, urls: dict, pids: dict, metrics_url: str, litellm_url: str | N
     })
 
     # References at 64 streams, each path next to direct: the same gateway process forwarding an unmetered
-    # path (aiohttp's client and server, no metering), and the byte pipe (the floor of a Python hop).
+    # path (the gateway's server and aiohttp's client, no metering), and the byte pipe (the floor of a Python
+    # hop).
     for name, url, pid in (("unmetered_relay", urls["relay"], pids["gateway"]), ("byte_pipe", urls["pipe"], pids["pipe"])):
         cpu0 = cpu_seconds(pid)
         results, _, _ = asyncio.run(latency_phase({"direct": urls["direct"], name: url}, body, stream_s, 64,

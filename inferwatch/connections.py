@@ -50,6 +50,25 @@ def raise_fd_limit() -> int:
     return soft
 
 
+def log_accept_errors(loop: asyncio.AbstractEventLoop, condition_log: ConditionLog, limit: int) -> None:
+    """Have `loop` report a failed accept() once a minute through `condition_log`; its other errors go to the
+    handler it had. asyncio reports a failed accept() (EMFILE/ENFILE/ENOBUFS) with a traceback each time and
+    retries a second later: under a connection flood, a traceback per second."""
+    default = loop.get_exception_handler()
+
+    def on_loop_error(loop, context):
+        if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
+            condition_log.log("accept", logging.ERROR, "cannot accept connections: %s (limit: %d connections)",
+                              context.get("exception"), limit)
+            return
+        if default is not None:
+            default(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(on_loop_error)
+
+
 def connection_cap(configured: int, fd_limit: int, extra_reserve: int = 0) -> int:
     """The cap in force: the configured one, lowered to leave FD_RESERVE descriptors free, plus
     `extra_reserve` a service holds on its own (the Triton collector's client connections); at least 16."""
@@ -116,21 +135,7 @@ class ConnectionGuard:
     def start(self) -> None:
         loop = self._loop or asyncio.get_running_loop()
         self._task = loop.create_task(self._sweep_forever())
-        default = loop.get_exception_handler()
-
-        def on_loop_error(loop, context):
-            # asyncio reports a failed accept() (EMFILE/ENFILE/ENOBUFS) with a traceback each time and retries
-            # a second later; under a connection flood that is a traceback per second: say it once a minute.
-            if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
-                self._log.log("accept", logging.ERROR, "cannot accept connections: %s (limit: %d connections)",
-                              context.get("exception"), self.max_connections)
-                return
-            if default is not None:
-                default(loop, context)
-            else:
-                loop.default_exception_handler(context)
-
-        loop.set_exception_handler(on_loop_error)
+        log_accept_errors(loop, self._log, self.max_connections)
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -323,11 +323,21 @@ class GatewaySettings:
         None, doc="Triton models metered as LLM traffic on generate, generate_stream and infer; unset: "
                   "generate and generate_stream of every model (Triton's LLM endpoints) and infer of none. "
                   "OpenAI-compatible /v1/chat/completions and /v1/completions are always metered")
+    max_connections: int = field(4096, doc="open client connections; beyond, the ones idle longest are closed "
+                                           "(lowered to stay below the file-descriptor limit)")
+    header_timeout: Duration = field(_d("10s"), doc="a connection must send a complete request head within this "
+                                                    "(of opening, or of the request's first byte); else closed")
+    body_timeout: Duration = field(_d("60s"), doc="a request body must arrive within this of its head (else 408)")
+    idle_timeout: Duration = field(_d("75s"), doc="a kept-alive connection without a request this long is closed")
+    send_timeout: Duration = field(_d("60s"), doc="a client that takes nothing of its answer this long (its buffer "
+                                                  "full) is cut off; the upstream request is closed")
 
     def _validate(self, path: str) -> None:
         for name in ("max_body_bytes", "max_answer_bytes"):
             if getattr(self, name) < 1024:
                 raise SpecError(f"{path}.{name}", f"expected at least 1024, got {getattr(self, name)}")
+        if self.max_connections < 16:
+            raise SpecError(f"{path}.max_connections", f"expected at least 16, got {self.max_connections}")
 
 
 # ------------------------------------------------------------------------------------ notifier routing

@@ -197,7 +197,8 @@ class GatewayProcess:
     `upstream`, with `spec` (a dict) written to a file, a usage log, and all its output in one log file."""
 
     def __init__(self, upstream: str, spec: dict, workdir, verbose: bool = True, extra_args: tuple = (),
-                 env: dict | None = None):
+                 env: dict | None = None, launcher: list[str] | None = None):
+        """`launcher`: argv that runs the interpreter with the arguments after it (e.g. after lowering a limit)."""
         import sys
 
         import yaml
@@ -216,6 +217,8 @@ class GatewayProcess:
             "exporter", "gateway", "--upstream", upstream, "--port", str(self.port),
             "--metrics-port", str(self.metrics_port), "--spec", str(spec_path), "--usage-log", str(self.usage_path),
             *extra_args]
+        if launcher:
+            argv = [*launcher, *argv[1:]]
         self.process = ManagedProcess("gateway", argv, self.log_path, ready=lambda: http_ok(self.metrics_url),
                                       env=env)
         self.process.start(timeout=60)
@@ -311,7 +314,10 @@ class ScriptedUpstream:
         if script.length is not None:
             resp.content_length = script.length
         await resp.prepare(request)
-        await play(request, resp, script.items, t0)
+        if request.method == "HEAD":  # the answer to HEAD has no body (RFC 9110 §9.3.2)
+            await resp.write_eof()
+        else:
+            await play(request, resp, script.items, t0)
         return resp
 
     def stop(self):

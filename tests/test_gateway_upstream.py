@@ -178,7 +178,10 @@ def test_http10_client_gets_the_body_unframed():
     proxy = RunningProxy(up.url, spec=make_spec())
     try:
         head, body = split(ask(proxy.port, version="1.0"))
-        assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
+        # RFC 9110 §6.2: the server answers with its own version (1.1, as nginx does); without chunked framing
+        # the body ends with the connection (RFC 9112 §6.3), so the server says it closes.
+        assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head.lower()
+        assert b"\r\nconnection: close" in head.lower()
         assert body == BODY
     finally:
         proxy.stop()

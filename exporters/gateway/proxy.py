@@ -1,6 +1,6 @@
-"""The streaming reverse proxy: aiohttp server in front; to the upstream, metered (LLM) requests go through
-the lean client of upstream.py (each read relayed and metered from its parser callback: the hot path) and
-every other request through aiohttp's client.
+"""The streaming reverse proxy: the httptools server of httpserver.py in front; to the upstream, metered (LLM)
+requests go through the lean client of upstream.py (each read relayed and metered from its parser callback:
+the hot path) and every other request through aiohttp's client.
 
 Responses reach the client byte-for-byte (no decompression, no re-encoding) and each read from the upstream
 is written to the client at once, before it is metered, so a stream is never buffered. Non-streamed LLM
@@ -14,8 +14,12 @@ Failure answers (JSON `{"error": ...}`; the upstream's address and the exception
 clients never learn internal addresses): 400 non-canonical target; 413 body above spec.gateway.max_body_bytes;
 502 upstream unreachable or broken; 504 upstream silent for spec.gateway.upstream_timeout (applied to
 connecting, to the response headers and to every gap between reads, so a long stream that keeps producing is
-never cut). A client that disconnects cancels the handler (aiohttp handler_cancellation): the upstream
-connection is closed, which makes Triton cancel the request, and the request counts as `cancelled`.
+never cut). A client that disconnects cancels the request's task (httpserver.py): the upstream connection is
+closed, which makes Triton cancel the request, and the request counts as `cancelled`.
+
+`handle` does what needs no waiting at once, in the server's `data_received`: a metered request is classified
+and written to an idle upstream connection there, so its way to the upstream costs no loop iteration; the rest
+(waiting for the answer, relaying it) is the coroutine it returns.
 
 Credentials in the upstream URL (`http://user:pass@host:8000`) are sent as HTTP Basic auth (unless the client
 sent its own Authorization) and never appear in a log line, an error text or a metric: the proxy keeps the
@@ -28,14 +32,14 @@ import asyncio
 import json
 import logging
 import time
+from typing import Coroutine
 
 import aiohttp
-from aiohttp import HttpVersion11, web
-from multidict import CIMultiDict
 from yarl import URL
 
 from inferwatch.exporters.gateway.api import Gateway
 from inferwatch.exporters.gateway.exchange import Exchange
+from inferwatch.exporters.gateway.httpserver import Request, ServerConnection
 from inferwatch.exporters.gateway.routes import BadTarget, canonical_target, decoded_path
 from inferwatch.exporters.gateway.upstream import Pool, Response, UpstreamError, request_head
 
@@ -53,10 +57,11 @@ _PAUSE_BYTES = 256 * 1024
 _RESUME_BYTES = 64 * 1024
 _PAUSED_POLL_S = 0.01
 
+Headers = list[tuple[str, str]]
 
-def _json_error(status: int, message: str) -> web.Response:
-    return web.Response(status=status, body=json.dumps({"error": message}).encode(),
-                        content_type="application/json")
+
+def _json_error(conn: ServerConnection, status: int, message: str) -> None:
+    conn.respond(status, json.dumps({"error": message}).encode(), "application/json")
 
 
 def split_credentials(url: str) -> tuple[str, aiohttp.BasicAuth | None]:
@@ -70,7 +75,8 @@ def split_credentials(url: str) -> tuple[str, aiohttp.BasicAuth | None]:
 
 
 class Proxy:
-    """Forward every request to `upstream` (base URL), metering LLM routes through `gateway`."""
+    """Forward every request to `upstream` (base URL), metering LLM routes through `gateway`. `open()` and
+    `close()` in the serving loop; `handle` is httpserver.py's handler."""
 
     def __init__(self, gateway: Gateway, upstream: str, timeout_s: float | None = None,
                  max_body_bytes: int | None = None):
@@ -83,16 +89,7 @@ class Proxy:
         self.session: aiohttp.ClientSession | None = None  # unmetered requests
         self.pool: Pool | None = None  # metered requests (upstream.py)
 
-    # ------------------------------------------------------------------------------------------ app
-    def app(self) -> web.Application:
-        # client_max_size makes aiohttp itself refuse a larger body while reading it (chunked uploads too).
-        app = web.Application(client_max_size=self.max_body_bytes)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        app.on_startup.append(self._open)
-        app.on_cleanup.append(self._close)
-        return app
-
-    async def _open(self, _app) -> None:
+    async def open(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout_s, sock_read=self.timeout_s)
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, force_close=False, ttl_dns_cache=300),
@@ -100,67 +97,79 @@ class Proxy:
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
         self.pool = Pool(self.upstream, self.timeout_s)
 
-    async def _close(self, _app) -> None:
+    async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
         if self.pool is not None:
             self.pool.close()
 
     # -------------------------------------------------------------------------------------- handler
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        started = time.perf_counter()
+    def handle(self, request: Request, conn: ServerConnection) -> Coroutine | None:
+        """Answer `request` on `conn`: None when answered at once, else the coroutine that answers it."""
         try:
-            target = canonical_target(request.raw_path)
+            target = canonical_target(request.target)
         except BadTarget as exc:
             log.info("refused %s request: %s", request.method, exc)
-            return _json_error(400, f"bad request target: {exc}")
+            _json_error(conn, 400, f"bad request target: {exc}")
+            return None
         path = decoded_path(target)
-        length = request.content_length
-        if length is not None and length > self.max_body_bytes:
-            return self._refuse(request, path, started, length)
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._refuse(request, path, started, None)
-        ex = self.gateway.exchange(request.method, path, request.headers, body, started)
-        # A multidict, so a header the client repeats reaches the upstream repeated, not collapsed to one.
-        headers = CIMultiDict((k, v) for k, v in request.headers.items()
-                              if k.lower() not in _NOT_FORWARDED)
-        forwarded = ", ".join(request.headers.getall("X-Forwarded-For", ()))
+        if request.too_large:
+            self._refuse(request, conn, path)
+            return None
+        body = request.body
+        ex = self.gateway.exchange(request.method, path, request.fields, body, request.started)
+        # A list, so a header the client repeats reaches the upstream repeated, not collapsed to one.
+        headers = []
+        chain = []
+        for k, v in request.headers:
+            lower = k.lower()
+            if lower not in _NOT_FORWARDED:
+                headers.append((k, v))
+            elif lower == "x-forwarded-for":
+                chain.append(v)
+        forwarded = ", ".join(chain)
         if request.remote:
             forwarded = f"{forwarded}, {request.remote}" if forwarded else request.remote
         if forwarded:
-            headers["X-Forwarded-For"] = forwarded
-        if self._authorization is not None and "Authorization" not in headers:
-            headers["Authorization"] = self._authorization
-        if ex is not None:
-            return await self._metered(request, target, body, headers, ex)
+            headers.append(("X-Forwarded-For", forwarded))
+        if self._authorization is not None and "authorization" not in request.fields:
+            headers.append(("Authorization", self._authorization))
+        if ex is None:
+            return self._unmetered(request, conn, target, body, headers)
+        ex.meter.upstream_begin()
+        head = request_head(request.method, target, self.pool.host_header,
+                            [(k, v) for k, v in headers if k.lower() != "expect"], len(body))
+        upstream = self.pool.take()
+        if upstream is None:
+            return self._connect_then_answer(conn, head, body, ex)
+        return _Answer(self, conn, ex, upstream.send(head, body)).run()
+
+    async def _unmetered(self, request: Request, conn: ServerConnection, target: str, body: bytes,
+                         headers: Headers) -> None:
         try:
             # encoded=True: the canonical target goes out exactly as classified (yarl would re-normalise it).
             upstream = await self.session.request(request.method, URL(self.upstream + target, encoded=True),
                                                   data=body, headers=headers, allow_redirects=False)
         except asyncio.TimeoutError:
-            return self._fail(None, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
+            return self._fail(conn, None, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
         except (aiohttp.ClientError, OSError) as exc:
-            return self._fail(None, 502, "error", "upstream unavailable",
+            return self._fail(conn, None, 502, "error", "upstream unavailable",
                               detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
         try:
-            return await self._pass_through(request, upstream)
+            await self._pass_through(conn, upstream)
         finally:
             upstream.release()
 
-    async def _pass_through(self, request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    async def _pass_through(self, conn: ServerConnection, upstream: aiohttp.ClientResponse) -> None:
         """Forward an unmetered answer read by read."""
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=_response_headers(upstream.headers.items()))
-        if upstream.content_length is not None:
-            response.content_length = upstream.content_length
+        conn.start(upstream.status, upstream.reason, _response_headers(upstream.headers.items()),
+                   upstream.content_length)
         outcome = None
         try:
-            await response.prepare(request)
             async for data in upstream.content.iter_any():
-                await response.write(data)
-            await response.write_eof()
+                conn.write(data)
+                await conn.drain()
+            conn.end()
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
@@ -174,185 +183,37 @@ class Proxy:
         finally:
             if outcome is not None:
                 upstream.close()  # stop the upstream's work
-                if outcome in ("timeout", "error") and request.transport is not None:
+                if outcome in ("timeout", "error"):
                     # Cut the client's stream too: ending it cleanly would present a truncated answer as whole.
-                    request.transport.close()
-        return response
+                    conn.abort()
 
     # ------------------------------------------------------------------------------ metered requests
-    async def _metered(self, request: web.Request, target: str, body: bytes, headers: CIMultiDict,
-                       ex: Exchange) -> web.StreamResponse:
-        """Forward a metered request through the lean upstream client (upstream.py) and meter its answer."""
-        ex.meter.upstream_begin()
-        head = request_head(request.method, target, self.pool.host_header,
-                            [(k, v) for k, v in headers.items() if k.lower() != "expect"], len(body))
+    async def _connect_then_answer(self, conn: ServerConnection, head: bytes, body: bytes, ex: Exchange) -> None:
+        """No idle upstream connection: open one, then as `_Answer.run`."""
         try:
-            conn = await self.pool.connect()
+            upstream = await self.pool.connect()
         except asyncio.CancelledError:
             ex.finish("cancelled", CLIENT_CLOSED)
             raise
         except asyncio.TimeoutError:
-            return self._fail(ex, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
+            return self._fail(conn, ex, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
         except OSError as exc:
-            return self._fail(ex, 502, "error", "upstream unavailable",
+            return self._fail(conn, ex, 502, "error", "upstream unavailable",
                               detail=f"{self.upstream}: {exc.__class__.__name__}: {exc}")
-        resp = conn.send(head, body)
-        # One timer, cancelled when the head arrives (cheaper than a timeout context per request).
-        timer = asyncio.get_running_loop().call_later(self.timeout_s, resp.expire)
-        try:
-            await resp.head
-        except asyncio.CancelledError:
-            resp.close()
-            ex.finish("cancelled", CLIENT_CLOSED)
-            raise
-        except asyncio.TimeoutError:
-            resp.close()
-            return self._fail(ex, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
-        except UpstreamError as exc:
-            resp.close()
-            return self._fail(ex, 502, "error", "upstream unavailable", detail=f"{self.upstream}: {exc}")
-        finally:
-            timer.cancel()
-        headers_out = _response_headers(resp.headers)
-        ex.response_start(resp.status, headers_out.get("Content-Type"), headers_out.get("Content-Encoding"))
-        if not ex.sse:
-            return await self._whole(request, resp, ex, headers_out)
-        return await self._relay(request, resp, ex, headers_out)
+        await _Answer(self, conn, ex, upstream.send(head, body)).run()
 
-    async def _whole(self, request: web.Request, resp: Response, ex: Exchange,
-                     headers: CIMultiDict) -> web.StreamResponse:
-        """A non-streamed LLM response: read it (up to ex.limit bytes), count its tokens, answer with
-        X-Token-Used. A larger answer is relayed unmetered, starting with what was read."""
-        length = resp.content_length
-        if length is not None and length > ex.limit:
-            ex.stop("too_large", f"answer above {ex.limit} bytes (Content-Length)")
-            return await self._relay(request, resp, ex, headers)
-        parts: list[bytes] = []
-        try:
-            while True:
-                async with asyncio.timeout(self.timeout_s):
-                    data = await resp.read()
-                if not data:
-                    break
-                parts.append(data)
-                ex.chunk(data)
-                if not ex.metering:  # above the limit (or undecodable): no header to wait for
-                    return await self._relay(request, resp, ex, headers, head=parts)
-        except asyncio.CancelledError:
-            resp.close()
-            ex.finish("cancelled", CLIENT_CLOSED)
-            raise
-        except asyncio.TimeoutError:
-            resp.close()
-            return self._fail(ex, 504, "timeout", f"upstream stalled for {self.timeout_s:g}s")
-        except UpstreamError as exc:
-            resp.close()
-            return self._fail(ex, 502, "error", "upstream response broken", detail=f"{self.upstream}: {exc}")
-        ex.parse_body()
-        meter = ex.meter
-        output, inputs = meter.output_tokens, meter.input_tokens
-        # Unknown is not zero: a count the upstream did not reveal gets no header.
-        if output is not None:
-            headers["X-Token-Used-Output"] = str(output)
-        if inputs is not None:
-            headers["X-Token-Used-Input"] = str(inputs)
-        if output is not None and inputs is not None:
-            headers["X-Token-Used"] = str(output + inputs)
-        response = web.StreamResponse(status=resp.status, reason=resp.reason or None, headers=headers)
-        response.content_length = sum(len(p) for p in parts)
-        try:
-            await response.prepare(request)
-            for data in parts:
-                await response.write(data)
-            await response.write_eof()
-        except asyncio.CancelledError:
-            ex.finish("cancelled", resp.status)
-            raise
-        except (ConnectionError, aiohttp.ClientConnectionResetError):
-            ex.finish("cancelled", resp.status)
-            return response
-        ex.finish()
-        return response
-
-    async def _relay(self, request: web.Request, resp: Response, ex: Exchange, headers: CIMultiDict,
-                     head: list[bytes] = ()) -> web.StreamResponse:
-        """Forward the answer read by read, each read written to the client from the upstream connection's
-        parser callback and metered after (`head`: bytes already read and metered)."""
-        response = web.StreamResponse(status=resp.status, reason=resp.reason or None, headers=headers)
-        framed = False
-        if resp.content_length is not None:
-            response.content_length = resp.content_length
-        elif request.version >= HttpVersion11:
-            response.enable_chunked_encoding()
-            framed = True  # aiohttp frames what goes through it; the relay frames its own writes
-        outcome = None
-        try:
-            await response.prepare(request)
-            for data in head:
-                await response.write(data)
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                raise ConnectionResetError("client gone")
-            relay = _Relay(transport, framed, ex.chunk if ex.metering else None, resp)
-            resp.relay(relay.write)
-            await self._until_end(resp, relay)
-            await response.write_eof()
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        except (ConnectionError, aiohttp.ClientConnectionResetError):
-            outcome = "cancelled"  # the client went away while we wrote
-        except asyncio.TimeoutError:
-            outcome = "timeout"
-        except UpstreamError as exc:
-            log.info("upstream stream broken: %s", exc)
-            outcome = "error"
-        finally:
-            if outcome is not None:
-                resp.close()  # stop the upstream's work (Triton cancels on disconnect)
-                if outcome in ("timeout", "error") and request.transport is not None:
-                    # Cut the client's stream too: ending it cleanly would present a truncated answer as whole.
-                    request.transport.close()
-            # A normal end (outcome None) lets an error object sent under 200 name its own code.
-            ex.finish(outcome, None if outcome is None else resp.status)
-        return response
-
-    async def _until_end(self, resp: Response, relay: "_Relay") -> None:
-        """Wait until the upstream's answer ended (raises what ended it otherwise): asyncio.TimeoutError after
-        `timeout_s` without a read while the client keeps up; while the client's buffer is full the upstream
-        is paused (and the timeout with it) until the buffer drains."""
-        loop = asyncio.get_running_loop()
-        done = resp.done
-        while not done.done():
-            if relay.full:
-                if relay.transport.is_closing():
-                    raise ConnectionResetError("client gone")
-                if relay.transport.get_write_buffer_size() <= _RESUME_BYTES:
-                    relay.full = False
-                    resp.last_read = time.perf_counter()
-                    resp.resume()
-                    continue
-                await asyncio.wait((done,), timeout=_PAUSED_POLL_S)
-                continue
-            wait = resp.last_read + self.timeout_s - time.perf_counter()
-            if wait <= 0:
-                raise asyncio.TimeoutError
-            relay.filled = loop.create_future()  # set by the relay when the client's buffer fills up
-            await asyncio.wait((done, relay.filled), timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            relay.filled = None
-        done.result()
-
-    def _refuse(self, request: web.Request, path: str, started: float, length: int | None) -> web.Response:
-        ex = self.gateway.exchange(request.method, path, request.headers, b"", started)
+    def _refuse(self, request: Request, conn: ServerConnection, path: str) -> None:
+        ex = self.gateway.exchange(request.method, path, request.fields, b"", request.started)
         limit = self.max_body_bytes
         if ex is not None:
             ex.response_start(413, None)
             ex.finish("error", 413)
-        got = f"{length} bytes" if length is not None else "more"
-        return _json_error(413, f"request body too large: {got}, limit {limit} bytes (gateway.max_body_bytes)")
+        length = request.content_length
+        got = f"{length} bytes" if length is not None and length > limit else "more"
+        _json_error(conn, 413, f"request body too large: {got}, limit {limit} bytes (gateway.max_body_bytes)")
 
-    def _fail(self, ex: Exchange | None, status: int, outcome: str, message: str,
-              detail: str | None = None) -> web.Response:
+    def _fail(self, conn: ServerConnection, ex: Exchange | None, status: int, outcome: str, message: str,
+              detail: str | None = None) -> None:
         """Answer `status` with `message`; `detail` (upstream address, exception) goes to the log only:
         clients must not learn internal addresses."""
         if detail:
@@ -362,12 +223,213 @@ class Proxy:
         if ex is not None:
             ex.response_start(status, None)
             ex.finish(outcome, status)
-        return _json_error(status, message)
+        _json_error(conn, status, message)
 
 
-def _response_headers(pairs) -> CIMultiDict:
-    # A multidict keeps repeated fields (Set-Cookie) as the upstream sent them.
-    return CIMultiDict((k, v) for k, v in pairs if k.lower() not in _HOP_BY_HOP)
+def _response_headers(pairs) -> Headers:
+    # A list keeps repeated fields (Set-Cookie) as the upstream sent them.
+    return [(k, v) for k, v in pairs if k.lower() not in _HOP_BY_HOP]
+
+
+def _field(headers: Headers, name: str) -> str | None:
+    """The first value of field `name` (lower case) in `headers`, or None."""
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+class _Answer:
+    """The answer to one metered request, sent upstream already: waits for its head, then meters and forwards
+    it. For a stream, the client's head is written and the relay started from the upstream parser's callback
+    (`head`), so that a first event arriving in the same read as the head (Triton sends them together) is
+    forwarded from that read, without waiting for this request's task."""
+
+    __slots__ = ("proxy", "conn", "ex", "resp", "timer", "headers", "relay")
+
+    def __init__(self, proxy: Proxy, conn: ServerConnection, ex: Exchange, resp: Response):
+        self.proxy = proxy
+        self.conn = conn
+        self.ex = ex
+        self.resp = resp
+        self.headers: Headers | None = None
+        self.relay: _Relay | None = None
+        # One timer for the head, cancelled when it arrives (cheaper than a timeout context per request).
+        self.timer = asyncio.get_running_loop().call_later(proxy.timeout_s, resp.expire)
+        resp.on_head = self.head
+
+    def head(self) -> None:
+        """The final head arrived (called from the upstream connection's parser)."""
+        self.timer.cancel()
+        resp = self.resp
+        self.headers = _response_headers(resp.headers)
+        self.ex.response_start(resp.status, _field(self.headers, "content-type"),
+                               _field(self.headers, "content-encoding"))
+        if self.ex.sse and not self.conn.closed:
+            self.start_relay(())
+
+    def start_relay(self, head: list[bytes] | tuple) -> None:
+        """Write the client's head (and `head`: body bytes read and metered already), then relay each read.
+        Raises ConnectionResetError when the client is gone."""
+        conn, resp, ex = self.conn, self.resp, self.ex
+        conn.start(resp.status, resp.reason or None, self.headers, resp.content_length)
+        for data in head:
+            conn.write(data)
+        transport = conn.transport
+        if conn.closed or transport is None or transport.is_closing():
+            raise ConnectionResetError("client gone")
+        self.relay = _Relay(transport, conn.chunked, ex.chunk if ex.metering else None, resp)
+        resp.relay(self.relay.write)
+
+    async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self.resp.detach()
+
+    async def _run(self) -> None:
+        proxy, conn, resp, ex = self.proxy, self.conn, self.resp, self.ex
+        try:
+            await resp.head
+        except asyncio.CancelledError:
+            resp.close()
+            ex.finish("cancelled", CLIENT_CLOSED)
+            raise
+        except asyncio.TimeoutError:
+            resp.close()
+            return proxy._fail(conn, ex, 504, "timeout", f"upstream did not answer within {proxy.timeout_s:g}s")
+        except UpstreamError as exc:
+            resp.close()
+            return proxy._fail(conn, ex, 502, "error", "upstream unavailable", detail=f"{proxy.upstream}: {exc}")
+        finally:
+            self.timer.cancel()
+        if not ex.sse:
+            return await self._whole()
+        return await self._relay()
+
+    async def _whole(self) -> None:
+        """A non-streamed LLM response: read it (up to ex.limit bytes), count its tokens, answer with
+        X-Token-Used. A larger answer is relayed unmetered, starting with what was read."""
+        proxy, conn, resp, ex, headers = self.proxy, self.conn, self.resp, self.ex, self.headers
+        length = resp.content_length
+        if length is not None and length > ex.limit:
+            ex.stop("too_large", f"answer above {ex.limit} bytes (Content-Length)")
+            return await self._relay()
+        parts: list[bytes] = []
+        try:
+            while True:
+                async with asyncio.timeout(proxy.timeout_s):
+                    data = await resp.read()
+                if not data:
+                    break
+                parts.append(data)
+                ex.chunk(data)
+                if not ex.metering:  # above the limit (or undecodable): no header to wait for
+                    return await self._relay(head=parts)
+        except asyncio.CancelledError:
+            resp.close()
+            ex.finish("cancelled", CLIENT_CLOSED)
+            raise
+        except asyncio.TimeoutError:
+            resp.close()
+            return proxy._fail(conn, ex, 504, "timeout", f"upstream stalled for {proxy.timeout_s:g}s")
+        except UpstreamError as exc:
+            resp.close()
+            return proxy._fail(conn, ex, 502, "error", "upstream response broken", detail=f"{proxy.upstream}: {exc}")
+        ex.parse_body()
+        meter = ex.meter
+        output, inputs = meter.output_tokens, meter.input_tokens
+        # Unknown is not zero: a count the upstream did not reveal gets no header.
+        if output is not None:
+            headers.append(("X-Token-Used-Output", str(output)))
+        if inputs is not None:
+            headers.append(("X-Token-Used-Input", str(inputs)))
+        if output is not None and inputs is not None:
+            headers.append(("X-Token-Used", str(output + inputs)))
+        try:
+            conn.start(resp.status, resp.reason or None, headers, sum(len(p) for p in parts))
+            for data in parts:
+                conn.write(data)
+            await conn.drain()
+            conn.end()
+        except asyncio.CancelledError:
+            ex.finish("cancelled", resp.status)
+            raise
+        except ConnectionError:
+            ex.finish("cancelled", resp.status)
+            return
+        ex.finish()
+
+    async def _relay(self, head: list[bytes] = ()) -> None:
+        """Forward the answer read by read (started from the head's callback already, or now with `head`,
+        bytes already read and metered) until it ends."""
+        conn, resp = self.conn, self.resp
+        outcome = None
+        try:
+            if self.relay is None:
+                self.start_relay(head)
+            await self._until_end()
+            conn.end()
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except ConnectionError:
+            outcome = "cancelled"  # the client went away while we wrote
+        except asyncio.TimeoutError:
+            outcome = "timeout"
+        except UpstreamError as exc:
+            log.info("upstream stream broken: %s", exc)
+            outcome = "error"
+        finally:
+            if outcome is not None:
+                resp.close()  # stop the upstream's work (Triton cancels on disconnect)
+                if outcome in ("timeout", "error"):
+                    # Cut the client's stream too: ending it cleanly would present a truncated answer as whole.
+                    conn.abort()
+            # A normal end (outcome None) lets an error object sent under 200 name its own code.
+            self.ex.finish(outcome, None if outcome is None else resp.status)
+
+    async def _until_end(self) -> None:
+        """Wait until the upstream's answer ended (raises what ended it otherwise): asyncio.TimeoutError after
+        `timeout_s` without a read while the client keeps up; while the client's buffer is full the upstream
+        is paused (and the timeout with it) until the buffer drains."""
+        resp, relay, timeout_s = self.resp, self.relay, self.proxy.timeout_s
+        loop = asyncio.get_running_loop()
+        done = resp.done
+        stalled = None  # since when the client's buffer has been full
+        while not done.done():
+            if relay.full:
+                if relay.transport.is_closing() or self.conn.closed:
+                    raise ConnectionResetError("client gone")
+                now = time.perf_counter()
+                if relay.transport.get_write_buffer_size() <= _RESUME_BYTES:
+                    relay.full = False
+                    stalled = None
+                    resp.last_read = now
+                    resp.resume()
+                    continue
+                if stalled is None:
+                    stalled = now
+                elif now - stalled > self.conn.server.bounds.send_timeout_s:
+                    self.conn.send_timed_out()
+                    raise ConnectionResetError("client took nothing of its answer")
+                await asyncio.wait((done,), timeout=_PAUSED_POLL_S)
+                continue
+            wait = resp.last_read + timeout_s - time.perf_counter()
+            if wait <= 0:
+                raise asyncio.TimeoutError
+            # One future, woken by the end, by the relay when the client's buffer fills up, or by the timer
+            # (cheaper than asyncio.wait, which this runs once per request).
+            waiter = relay.filled = loop.create_future()
+            done.add_done_callback(relay.wake)
+            timer = loop.call_later(wait, relay.wake)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                done.remove_done_callback(relay.wake)
+                relay.filled = None
+        done.result()
 
 
 class _Relay:
@@ -400,6 +462,9 @@ class _Relay:
 
     def _fill(self) -> bool:
         self.full = True
+        self.wake()
+        return True
+
+    def wake(self, _done=None) -> None:
         if self.filled is not None and not self.filled.done():
             self.filled.set_result(None)
-        return True

@@ -1,5 +1,5 @@
-"""Run the proxy and its /metrics endpoint on one event loop, until SIGINT/SIGTERM (/metrics is rendered in
-a forked child, off this loop: exposition.py)."""
+"""Run the proxy (httpserver.py, with the connection bounds of bounds.py) and its /metrics endpoint (aiohttp)
+on one event loop, until SIGINT/SIGTERM (/metrics is rendered in a forked child, off this loop: exposition.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from inferwatch.exporters.gateway.api import Gateway
+from inferwatch.exporters.gateway.bounds import ConnectionBounds, ConnectionMetrics
 from inferwatch.exporters.gateway.exposition import metrics_handler
+from inferwatch.exporters.gateway.httpserver import HttpServer
 from inferwatch.exporters.gateway.meter import Usage
 from inferwatch.exporters.gateway.proxy import Proxy
 from inferwatch.exporters.gateway.serverlog import ServerLog
@@ -61,26 +63,30 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int | None, me
         # pid fixed to this process: /metrics is rendered in a forked child, whose own figures would be wrong.
         pid = os.getpid()
         ProcessCollector(pid=lambda: pid, registry=proxy.gateway.metrics.registry)
-    # handler_cancellation: a client that disconnects cancels its handler, so the upstream request is
-    # closed at once even while waiting for a first token (aiohttp ≥ 3.9 defaults to not cancelling).
-    # ServerLog: a malformed request is one INFO line, not an ERROR traceback (see serverlog.py).
-    runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None, logger=ServerLog())
-    runners = [runner]
-    await runner.setup()
+    settings = proxy.gateway.spec.gateway
+    bounds = ConnectionBounds(max_connections=settings.max_connections,
+                              header_timeout_s=settings.header_timeout.seconds,
+                              body_timeout_s=settings.body_timeout.seconds,
+                              idle_timeout_s=settings.idle_timeout.seconds,
+                              send_timeout_s=settings.send_timeout.seconds,
+                              metrics=ConnectionMetrics(proxy.gateway.metrics.registry))
+    server = HttpServer(proxy.handle, max_body_bytes=proxy.max_body_bytes, bounds=bounds)
+    metrics_runner = None
+    await proxy.open()
     try:
-        await web.TCPSite(runner, host, port, reuse_port=reuse_port or None).start()
-        port = runner.addresses[0][1]
+        port = await server.start(host, port, reuse_port)
         if metrics_port is not None:
             metrics_runner = web.AppRunner(metrics_app(proxy.gateway, forked_metrics), access_log=None,
                                            logger=ServerLog())
-            runners.append(metrics_runner)
             await metrics_runner.setup()
             await web.TCPSite(metrics_runner, metrics_host or host, metrics_port).start()
             metrics_port = metrics_runner.addresses[0][1]
-            log.info("gateway proxy on http://%s:%d -> %s; metrics on http://%s:%d/metrics", host, port,
-                     proxy.upstream, metrics_host or host, metrics_port)
+            log.info("gateway proxy on http://%s:%d -> %s (at most %d client connections); metrics on "
+                     "http://%s:%d/metrics", host, port, proxy.upstream, bounds.max_connections,
+                     metrics_host or host, metrics_port)
         else:
-            log.info("gateway worker %d: proxy on http://%s:%d -> %s", os.getpid(), host, port, proxy.upstream)
+            log.info("gateway worker %d: proxy on http://%s:%d -> %s (at most %d client connections)", os.getpid(),
+                     host, port, proxy.upstream, bounds.max_connections)
         if on_ready is not None:
             on_ready(port, metrics_port)
         if stop is None:
@@ -90,8 +96,10 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int | None, me
                 loop.add_signal_handler(sig, stop.set)
         await stop.wait()
     finally:
-        for r in runners:
-            await r.cleanup()
+        await server.stop()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+        await proxy.close()
 
 
 async def serve_metrics(registry: CollectorRegistry, host: str, port: int, stop: asyncio.Event) -> None:

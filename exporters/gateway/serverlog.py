@@ -1,4 +1,5 @@
-"""The gateway's aiohttp server logger: malformed requests are one INFO line, real errors stay tracebacks.
+"""The gateway's aiohttp logger (its /metrics server): malformed requests are one INFO line, real errors stay
+tracebacks.
 
 aiohttp logs every request its parser refuses (a non-HTTP line, a request line or header above 8190 bytes)
 with `logger.exception`, i.e. an ERROR with a full traceback, though the client already got its 400 and

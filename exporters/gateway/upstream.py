@@ -45,7 +45,7 @@ class Response:
     the last body read (in relay mode, stamped by the relay's write)."""
 
     __slots__ = ("status", "reason", "headers", "content_length", "head", "done", "_parts", "_more", "_write",
-                 "_conn", "last_read")
+                 "_conn", "last_read", "on_head")
 
     def __init__(self, conn: "Connection", loop: asyncio.AbstractEventLoop):
         self.status = 0
@@ -59,6 +59,8 @@ class Response:
         self._write: Callable[[bytes], bool] | None = None
         self._conn = conn
         self.last_read = time.perf_counter()  # the relay's clock (it stamps each read for the meter too)
+        # Called from the parser when the final head is complete, before any body byte is handed over.
+        self.on_head: Callable[[], None] | None = None
 
     # ---------------------------------------------------------------- the handler's side
     async def read(self) -> bytes:
@@ -88,6 +90,13 @@ class Response:
 
     def resume(self) -> None:
         self._conn.resume()
+
+    def detach(self) -> None:
+        """Drop the callbacks handed in (`on_head`, the relay's write): they refer back to this response, and
+        the cycle would leave each request's objects to the garbage collector instead of reference counting
+        (a collection pause per few requests under load)."""
+        self.on_head = None
+        self._write = None
 
     def expire(self) -> None:
         """No head in time: the waiter of `head` gets asyncio.TimeoutError (the caller closes)."""
@@ -162,6 +171,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.transport = None
+        self.parser = None  # it refers back to this protocol: no cycle left for the garbage collector
         self.pool.forget(self)
         r = self.response
         if r is None:
@@ -181,10 +191,12 @@ class Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_status(self, status: bytes) -> None:
-        self.response.reason += status.decode("latin-1")
+        self.response.reason += status.decode("utf-8", "surrogateescape")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.response.headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        # Decoded as the server decodes requests (httpserver.py), so the head re-encodes to the bytes sent.
+        self.response.headers.append((name.decode("utf-8", "surrogateescape"),
+                                      value.decode("utf-8", "surrogateescape")))
 
     def on_headers_complete(self) -> None:
         r = self.response
@@ -203,6 +215,8 @@ class Connection(asyncio.Protocol):
         self._until_close = r.content_length is None and not chunked
         if not r.head.done():
             r.head.set_result(None)
+            if r.on_head is not None:
+                r.on_head()
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
@@ -262,14 +276,21 @@ class Pool:
         self.loop = asyncio.get_running_loop()
         self._idle: list[Connection] = []
 
-    async def connect(self) -> Connection:
-        """An idle connection, or a new one (raises OSError, asyncio.TimeoutError)."""
+    def take(self) -> Connection | None:
+        """An idle connection still fit for reuse, or None (then `connect`)."""
         now = self.loop.time()
         while self._idle:
             conn = self._idle.pop()
             if conn.transport is not None and not conn.transport.is_closing() and now - conn.idle_since < KEEPALIVE_S:
                 return conn
             conn.close()
+        return None
+
+    async def connect(self) -> Connection:
+        """An idle connection, or a new one (raises OSError, asyncio.TimeoutError)."""
+        conn = self.take()
+        if conn is not None:
+            return conn
         async with asyncio.timeout(self.connect_timeout):
             _, conn = await self.loop.create_connection(lambda: Connection(self), self.host, self.port, ssl=self.ssl)
         return conn
