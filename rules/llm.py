@@ -151,7 +151,7 @@ def groups(spec: Spec) -> list[Group]:
               f"Clients cancel {{{{ $value | humanizePercentage }}}} of the requests of {WHO} over {window} "
               f"(threshold {l3.cancellation_ratio:.0%}): they give up waiting."),
         exporter_down("GatewayExporterDown", gateway, for_=l3.exporter_down_for, severity="warning",
-                      what="the gateway exporter", has_targets=bool(spec.targets.gateways)),
+                      what="the gateway exporter", has_targets=bool(spec.targets.gateways), cluster=spec.cluster),
     ]
     # Separate groups evaluate concurrently: the two histogram groups are the heavy ones.
     return [Group("inferwatch-llm-ttft.rules", quantile_rules(gateway, "gateway_time_to_first_token_seconds", window)),

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from inferwatch.rules.builders import (MODEL_VERSION, by, exporter_down, num, over_threshold_by_model, ratio,
-                                       with_min_rate)
+from inferwatch.rules.builders import (MODEL_VERSION, absent_targets, by, exporter_down, num,
+                                       over_threshold_by_model, ratio, with_min_rate)
 from inferwatch.rules.llm import ERRORS as GATEWAY_ERROR_OUTCOMES
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector, go_string
@@ -161,21 +161,33 @@ def _template_query(selector: Selector, metric: str, *matchers: str) -> str:
     return go_string(selector(metric, *matchers))
 
 
+def _in_cluster(spec: Spec) -> tuple[str, str]:
+    """(matcher, printf argument) scoping an annotation's query to the alert's cluster: `cluster=%q` with
+    `$labels.cluster`, which is the empty string (series without the label) in a Prometheus of one cluster;
+    ("", "") without several clusters."""
+    if not spec.cluster.enabled:
+        return "", ""
+    return f"{spec.cluster.label}=%q", f" $labels.{spec.cluster.label}"
+
+
 def groups(spec: Spec) -> list[Group]:
     l2 = spec.layers.L2
     src = Sources.of(spec)
     window = str(spec.prometheus.rate_window)
     up = src.triton("up")
-    state = _template_query(src.collector, "inferwatch_triton_model_state", "triton=%q", "model=%q", "version=%q")
-    step = _template_query(src.collector, "inferwatch_triton_model_step_info", "triton=%q", "model=%q")
-    reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{triton=%q,model=%q,version=%q}} > 0)" '
+    cluster, cluster_arg = _in_cluster(spec)
+    state = _template_query(src.collector, "inferwatch_triton_model_state", cluster, "triton=%q", "model=%q",
+                            "version=%q")
+    step = _template_query(src.collector, "inferwatch_triton_model_step_info", cluster, "triton=%q", "model=%q")
+    failure = ",".join(m for m in (cluster, "triton=%q", "model=%q", "version=%q") if m)
+    reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{{failure}}} > 0)"{cluster_arg} '
                f'$labels.triton $labels.model $labels.version | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
                f'{{{{ $s.Labels.reason }}}} {{{{ $s.Value | printf "%.3g" }}}}/s{{{{ end }}}}')
     alerts = [
         Alert("TritonServerDown",
               f"{up} == 0\nor\n{src.collector('inferwatch_triton_up')} == 0\n"
               f"or\n{src.collector('inferwatch_triton_server_live')} == 0"
-              + (f"\nor\nabsent({up})" if spec.targets.triton else ""),
+              + (f"\nor\n{absent_targets(src.triton, spec.cluster)}" if spec.targets.triton else ""),
               l2.exporter_down_for, "critical",
               "Triton {{ with $labels.triton }}{{ . }}{{ else }}(every target of "
               + src.triton.describe().replace("{{", "{{ \"{{\" }}") + "){{ end }}"
@@ -186,10 +198,10 @@ def groups(spec: Spec) -> list[Group]:
               "a model failed to load or is loading); load balancers stop sending it traffic."),
         Alert("TritonModelNotReady", f"{src.collector('inferwatch_triton_model_ready')} == 0", l2.for_, "critical",
               f"Model {MODEL} is not READY"
-              f'{{{{ with printf "{state} == 1" '
+              f'{{{{ with printf "{state} == 1"{cluster_arg} '
               f"$labels.triton $labels.model $labels.version | query }}}}"
               f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}"
-              f'{{{{ with printf "{step}" '
+              f'{{{{ with printf "{step}"{cluster_arg} '
               f"$labels.triton $labels.model | query }}}}{{{{ range . }}}}, a step of {{{{ .Labels.kind }}}} "
               f"{{{{ .Labels.parent }}}}{{{{ end }}}}{{{{ end }}}}: its requests fail."),
         Alert("TritonModelErrorRatioHigh",
@@ -250,6 +262,6 @@ def groups(spec: Spec) -> list[Group]:
               f"{l2.canary_regression_ratio:.0%} slower than the version serving most traffic: roll it back.",
               labels={"signal": "latency"}),
         exporter_down("TritonCollectorDown", src.collector, for_=l2.exporter_down_for, severity="warning",
-                      what="the inferwatch Triton collector", has_targets=bool(spec.targets.triton_collectors)),
+                      what="the inferwatch Triton collector", has_targets=bool(spec.targets.triton_collectors), cluster=spec.cluster),
     ]
     return [Group("inferwatch-triton.rules", recording_rules(src, window)), Group("inferwatch-triton.alerts", alerts)]
