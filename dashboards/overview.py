@@ -50,10 +50,10 @@ def build(spec: Spec) -> db.Dashboard:
         links=[dashboard_link("triton")] + runbook_links(spec, ["TritonModelErrorRatioHigh"]),
         thresholds=[(l2.error_ratio, "red")], w=8, h=5))
     board = board.with_panel(stat_panel(
-        "Worst TTFT P95 by tier", "Highest time-to-first-token P95 of any tenant and model, per tier "
-        "(tenant_model_tier:gateway_time_to_first_token_seconds:p95). Targets: "
+        "Worst TTFT P95 by tier", "Highest time-to-first-token P95 of any model (every tenant together), per tier "
+        "(model_tier:gateway_time_to_first_token_seconds:p95). Targets: "
         f"{', '.join(f'{n} {t.ttft_p95_seconds:g} s' for n, t in spec.tiers.items())}.", "s",
-        [query("max by (tier) (tenant_model_tier:gateway_time_to_first_token_seconds:p95)", "{{tier}}")],
+        [query("max by (tier) (model_tier:gateway_time_to_first_token_seconds:p95)", "{{tier}}")],
         links=[dashboard_link("llm")] + runbook_links(spec, ["LlmTtftP95High"]),
         thresholds=[(min(t.ttft_p95_seconds for t in spec.tiers.values()), "orange")] if spec.tiers else (),
         w=8, h=5))

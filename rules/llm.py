@@ -8,7 +8,8 @@ Alertmanager can inhibit the slower pairs while a faster one fires, each with a 
 
 from __future__ import annotations
 
-from inferwatch.rules.builders import by, exporter_down, indent, known, le_matcher, num, or_zero, ratio
+from inferwatch.rules.builders import (by, exporter_down, indent, known, le_matcher, num, or_zero, ratio,
+                                       regex_alternation)
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector
 from inferwatch.spec import Duration, Spec
@@ -21,10 +22,15 @@ ERRORS = 'outcome=~"error|timeout", code!~"4(0[0-9]|1[0-9]|2[0-8]|[3-9][0-9])"'
 REQUESTS = "tenant_model_tier:gateway_requests:rate"
 TOKENS = "tenant_model_tier_type:gateway_tokens:rate"
 CANCELLED = "tenant_model_tier:gateway_requests_cancelled:ratio"
-TTFT_P95 = "tenant_model_tier:gateway_time_to_first_token_seconds:p95"
+TTFT_P95 = "model_tier:gateway_time_to_first_token_seconds:p95"
+TTFT_P95_TENANT = "tenant_model_tier:gateway_time_to_first_token_seconds:p95"
+MT_BY = by(("model", "tier"))
 SLO_REQUESTS = "tier_slo_window:gateway_requests:rate"
 SLO_ERRORS = "tier_slo_window:gateway_requests_errors:ratio"
 SLO_TTFT = "tier_slo_window:gateway_time_to_first_token_seconds:ratio_over_slo"
+SLO_ERROR_RATE = "tier_slo_window:gateway_requests_errors:rate"
+SLO_TTFT_FAST = "tier_slo_window:gateway_time_to_first_token_seconds_within_slo:rate"
+SLO_TTFT_COUNT = "tier_slo_window:gateway_time_to_first_token_seconds_count:rate"
 CANCELLED_OUTCOME = 'outcome="cancelled"'
 WHO = "tenant {{ $labels.tenant }}, model {{ $labels.model }}, tier {{ $labels.tier }}"
 
@@ -36,15 +42,27 @@ def _ratio_or_zero(numerator: str, denominator: str, on: tuple[str, ...]) -> str
 
 
 def quantile_rules(gateway: Selector, metric: str, window: str) -> list[Recording]:
-    """Bucket rates recorded once, then P50/P95/P99 from them: the bucket series are the bulk of the gateway's
-    series (tenants x models x tiers x ~30 buckets), so rating them once instead of per quantile cuts this
-    group's cost about threefold (benchmarks/rules_eval.py)."""
-    buckets = f"tenant_model_tier_le:{metric}_bucket:rate"
-    rules = [Recording(buckets, f"sum by ({TMT_BY}, le) (rate({gateway(metric + '_bucket')}[{window}]))")]
+    """Bucket rates recorded once per model, tier and bucket, then P50/P95/P99 from them. The bucket series
+    are the bulk of the gateway's series (tenants x models x tiers x ~30 buckets); no query needs their rate
+    per tenant (per-tenant TTFT P95 is opt-in per tier, `per_tenant_p95`), so the recorded rates are 1/tenants
+    of them, and rating them once instead of per quantile costs a third (benchmarks/rules_eval.py)."""
+    buckets = f"model_tier_le:{metric}_bucket:rate"
+    rules = [Recording(buckets, f"sum by ({MT_BY}, le) (rate({gateway(metric + '_bucket')}[{window}]))")]
     for q in (50, 95, 99):
         # No observation in the window makes histogram_quantile() NaN: record nothing then.
-        rules.append(Recording(f"tenant_model_tier:{metric}:p{q}", known(f"histogram_quantile(0.{q}, {buckets})")))
+        rules.append(Recording(f"model_tier:{metric}:p{q}", known(f"histogram_quantile(0.{q}, {buckets})")))
     return rules
+
+
+def per_tenant_p95(spec: Spec, gateway: Selector, window: str) -> list[Recording]:
+    """TTFT P95 per tenant, model and tier for the tiers that ask for it (`tiers.<t>.per_tenant_quantiles`):
+    straight from their buckets, so no per-tenant bucket rate is ever stored."""
+    tiers = [name for name, tier in spec.tiers.items() if tier.per_tenant_quantiles]
+    if not tiers:
+        return []
+    bucket = gateway("gateway_time_to_first_token_seconds_bucket", f'tier=~"{regex_alternation(tiers)}"')
+    return [Recording(TTFT_P95_TENANT, known(f"histogram_quantile(0.95, sum by ({TMT_BY}, le) "
+                                             f"(rate({bucket}[{window}])))"))]
 
 
 def recording_rules(gateway: Selector, window: str) -> list[Recording]:
@@ -72,20 +90,42 @@ def slo_windows(spec: Spec) -> list[Duration]:
 
 
 def slo_recording_rules(spec: Spec) -> list[Recording]:
+    """Per tier and SLO window: requests/s, the availability SLI's misses (error ratio) and the TTFT SLI's.
+
+    Only the shortest window reads the gateway's series (rates per tier: requests, errors, streamed requests
+    and those faster than the tier's TTFT target); every longer window averages those recorded per-tier rates
+    over itself (`avg_over_time`, as SLO tooling such as Sloth records its long windows), so the 3-day window
+    reads three days of a few recorded series, not three days of every tenant's and model's raw series. The
+    average covers the window plus one short window at its start; ratios are ratios of the averaged rates."""
     gateway = spec.selectors.of("gateway")
-    rules = []
-    for w in slo_windows(spec):
+    windows = slo_windows(spec)
+    base = windows[0]
+    at_base = {"slo_window": str(base)}
+    rules = [Recording(SLO_REQUESTS, f"sum by (tier) (rate({gateway('gateway_requests_total')}[{base}]))", at_base),
+             Recording(SLO_ERROR_RATE, f"sum by (tier) (rate({gateway('gateway_requests_total', ERRORS)}[{base}]))",
+                       at_base)]
+    for tier_name, tier in spec.tiers.items():
+        sel = f'tier="{tier_name}"'
+        bucket = gateway("gateway_time_to_first_token_seconds_bucket", sel, le_matcher(tier.ttft_slo_seconds))
+        count = gateway("gateway_time_to_first_token_seconds_count", sel)
+        per_tier = {**at_base, "tier": tier_name}
+        rules.append(Recording(SLO_TTFT_FAST, f"sum by (tier) (rate({bucket}[{base}]))", per_tier))
+        rules.append(Recording(SLO_TTFT_COUNT, f"sum by (tier) (rate({count}[{base}]))", per_tier))
+
+    def over(name: str, w: Duration) -> str:
+        selected = f'{name}{{slo_window="{base}"}}'
+        return selected if w == base else f"avg_over_time({selected}[{w}])"
+
+    for w in windows:
         label = {"slo_window": str(w)}
+        if w != base:
+            rules.append(Recording(SLO_REQUESTS, f"sum by (tier) ({over(SLO_REQUESTS, w)})", label))
         total = f'sum by (tier) ({SLO_REQUESTS}{{slo_window="{w}"}})'
-        rules.append(Recording(SLO_REQUESTS, f"sum by (tier) (rate({gateway('gateway_requests_total')}[{w}]))", label))
-        rules.append(Recording(SLO_ERRORS, _ratio_or_zero(
-            f"sum by (tier) (rate({gateway('gateway_requests_total', ERRORS)}[{w}]))", total, ("tier",)), label))
-        for tier_name, tier in spec.tiers.items():
-            sel = f'tier="{tier_name}"'
-            bucket = gateway("gateway_time_to_first_token_seconds_bucket", sel, le_matcher(tier.ttft_slo_seconds))
-            count = gateway("gateway_time_to_first_token_seconds_count", sel)
-            fast = ratio(f"sum by (tier) (rate({bucket}[{w}]))", f"sum by (tier) (rate({count}[{w}]))", ("tier",))
-            rules.append(Recording(SLO_TTFT, f"1 - (\n{indent(fast)}\n)", {**label, "tier": tier_name}))
+        rules.append(Recording(SLO_ERRORS, _ratio_or_zero(f"sum by (tier) ({over(SLO_ERROR_RATE, w)})", total,
+                                                          ("tier",)), label))
+        fast = ratio(f"sum by (tier) ({over(SLO_TTFT_FAST, w)})", f"sum by (tier) ({over(SLO_TTFT_COUNT, w)})",
+                     ("tier",))
+        rules.append(Recording(SLO_TTFT, f"1 - (\n{indent(fast)}\n)", label))
     return rules
 
 
@@ -128,10 +168,15 @@ def groups(spec: Spec) -> list[Group]:
     guard = f"and on ({TMT_BY})\n{REQUESTS} > {num(l3.min_request_rate)}"
     alerts = []
     for tier_name, tier in spec.tiers.items():
+        if tier.per_tenant_quantiles:
+            expr, who = f'{TTFT_P95_TENANT}{{tier="{tier_name}"}} > {num(tier.ttft_p95_seconds)}\n{guard}', WHO
+        else:
+            expr = (f'{TTFT_P95}{{tier="{tier_name}"}} > {num(tier.ttft_p95_seconds)}\nand on ({MT_BY})\n'
+                    f"sum by ({MT_BY}) ({REQUESTS}) > {num(l3.min_request_rate)}")
+            who = "model {{ $labels.model }}, tier {{ $labels.tier }} (every tenant)"
         alerts.append(Alert(
-            "LlmTtftP95High", f'{TTFT_P95}{{tier="{tier_name}"}} > {num(tier.ttft_p95_seconds)}\n{guard}',
-            l3.for_, "warning",
-            f"Time to first token P95 for {WHO} is {{{{ $value | humanizeDuration }}}} over {window} "
+            "LlmTtftP95High", expr, l3.for_, "warning",
+            f"Time to first token P95 for {who} is {{{{ $value | humanizeDuration }}}} over {window} "
             f"(target {num(tier.ttft_p95_seconds)} s).", labels={"tier": tier_name}))
     base = f'{TOKENS}{{type="output"}}'
     offset = str(l3.throughput_baseline_offset)
@@ -153,9 +198,12 @@ def groups(spec: Spec) -> list[Group]:
         exporter_down("GatewayExporterDown", gateway, for_=l3.exporter_down_for, severity="warning",
                       what="the gateway exporter", has_targets=bool(spec.targets.gateways), cluster=spec.cluster),
     ]
-    # Separate groups evaluate concurrently: the two histogram groups are the heavy ones.
+    # Separate groups evaluate concurrently, so no group waits on another's heavy query: the histogram groups
+    # (and the per-tenant quantile, where a tier asks for it) are the heavy ones.
+    tenant = per_tenant_p95(spec, gateway, window)
     return [Group("inferwatch-llm-ttft.rules", quantile_rules(gateway, "gateway_time_to_first_token_seconds", window)),
             Group("inferwatch-llm-itl.rules", quantile_rules(gateway, "gateway_inter_token_latency_seconds", window)),
+            *([Group("inferwatch-llm-ttft-tenant.rules", tenant)] if tenant else []),
             Group("inferwatch-llm.rules", recording_rules(gateway, window)),
             Group("inferwatch-llm-slo.rules", slo_recording_rules(spec)),
             Group("inferwatch-llm.alerts", alerts),
