@@ -28,6 +28,7 @@ GENERATORS: list[str] = [
     "inferwatch.compose:outputs",  # deploy/compose/{prometheus,alertmanager}.yml for docker-compose.yml
     "inferwatch.kubernetes.generate:outputs",  # deploy/kubernetes/ kustomize base (prometheusrule.yaml: rules)
     "inferwatch.central:outputs",  # deploy/central/ edge and vmalert configuration (spec central_store)
+    "inferwatch.kubernetes.clusters:generated",  # Prometheus CR patch (cluster), vmalert on Kubernetes (central)
 ]
 
 

@@ -97,3 +97,58 @@ def test_vmalert_accepts_the_generated_rule_files(tmp_path, cluster):
     out = subprocess.run([tool("vmalert"), f"-rule={root / RULES_DIR}/*.yml", "-dryRun", "-loggerLevel=ERROR"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_kubernetes_prometheus_patch_and_vmalert(tmp_path):
+    """The Prometheus custom resource gets the cluster as an external label (and, with a central store, the
+    store as remote write): kube-prometheus-stack's Prometheus `spec.externalLabels` / `spec.remoteWrite`;
+    vmalert's Deployment and rules ConfigMap validate against the Kubernetes schemas."""
+    import kubernetes_validate
+
+    from inferwatch.kubernetes.clusters import CENTRAL, PROMETHEUS_PATCH
+
+    raw = yaml.safe_load((REPO / "inferwatch.yaml").read_text())
+    only_cluster = render_all(spec_from_dict({**raw, "cluster": {"name": "eu-1"}}))
+    assert yaml.safe_load(only_cluster[PROMETHEUS_PATCH]) == {"spec": {"externalLabels": {"cluster": "eu-1"}}}
+    assert CENTRAL not in only_cluster
+    assert PROMETHEUS_PATCH not in render_all(spec_from_dict(raw))
+    files = render_all(spec("vmagent"))
+    assert yaml.safe_load(files[PROMETHEUS_PATCH]) == {"spec": {
+        "externalLabels": {"cluster": "eu-1"}, "remoteWrite": [{"url": "http://victoria-metrics:8428/api/v1/write"}]}}
+    docs = list(yaml.safe_load_all(files[CENTRAL]))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.30", strict=True)
+    rules = {k.rsplit("/", 1)[-1]: v for k, v in files.items() if k.startswith(RULES_DIR)}
+    assert docs[0]["data"] == rules
+    args = docs[1]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "-rule=/etc/vmalert/rules/*.yml" in args and "-datasource.url=http://victoria-metrics:8428" in args
+    assert "-notifier.url=http://alertmanager-operated.monitoring.svc:9093" in args
+
+
+def test_compose_override_for_the_central_store(tmp_path):
+    """deploy/compose/central.yml adds VictoriaMetrics, vmagent (scraping the compose services as the
+    cluster) and vmalert; `docker-compose config` accepts it on top of docker-compose.yml."""
+    from inferwatch.compose import OUT_DIR
+
+    files = render_all(spec("vmagent"))
+    override = yaml.safe_load(files[f"{OUT_DIR}/central.yml"])
+    assert set(override["services"]) == {"victoria-metrics", "vmagent", "vmalert"}
+    assert "-remoteWrite.label=cluster=eu-1" in override["services"]["vmagent"]["command"]
+    assert "-notifier.url=http://alertmanager:9093" in override["services"]["vmalert"]["command"]
+    scrape = yaml.safe_load(files[f"{OUT_DIR}/edge-scrape.yml"])
+    targets = {t for job in scrape["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    assert "gpu-exporter:9400" in targets and "triton:8002" in targets
+    cli = shutil.which("docker-compose")
+    if not cli:
+        pytest.skip("docker-compose not installed (make system-deps installs it)")
+    (tmp_path / "central.yml").write_text(files[f"{OUT_DIR}/central.yml"])
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    for name in ("notifier-token", "pagerduty-fallback-key", "grafana-admin-password"):
+        (secrets / name).write_text("x\n")
+    out = subprocess.run([cli, "-f", str(REPO / "docker-compose.yml"), "-f", str(tmp_path / "central.yml"), "config"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={"PATH": "/usr/bin:/bin:/usr/local/bin", "INFERWATCH_SECRETS": str(secrets)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert {"victoria-metrics", "vmagent", "vmalert", "prometheus"} <= set(yaml.safe_load(out.stdout)["services"])
