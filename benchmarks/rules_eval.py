@@ -215,7 +215,9 @@ def run_central(spec, seconds: float, started: float) -> tuple[dict[str, float],
             central = dataclasses.replace(spec.central_store, url=vm.url)
             spec = dataclasses.replace(spec, central_store=central)
             (root / "edge.yml").write_text(yaml.safe_dump(edge_scrape_config(spec)))
-            procs.append(start_edge(root / "edge", spec, root / "edge.yml"))
+            # The synthetic gateway target is ~50 MB of text per scrape, over vmagent's 16 MB default limit.
+            procs.append(start_edge(root / "edge", spec, root / "edge.yml",
+                                    extra_args=["-promscrape.maxScrapeSize=1GB"]))
             vmalert = start_vmalert(root / "vmalert", spec, str(rules / "*.yml"))
             procs.append(vmalert)
             deadline = time.monotonic() + seconds

@@ -60,14 +60,9 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     # L3 (gateway; labels tenant, model, tier) ------------------------------------------------------------
     "model_tier_le:gateway_time_to_first_token_seconds_bucket:rate": (
         ("model", "tier", "le"), "TTFT bucket rates, every tenant (for histogram_quantile at other quantiles)"),
-    "model_tier_le:gateway_inter_token_latency_seconds_bucket:rate": (
-        ("model", "tier", "le"), "ITL bucket rates, every tenant"),
     "model_tier:gateway_time_to_first_token_seconds:p50": (("model", "tier"), "TTFT P50, s, every tenant"),
     "model_tier:gateway_time_to_first_token_seconds:p95": (("model", "tier"), "TTFT P95, s, every tenant"),
     "model_tier:gateway_time_to_first_token_seconds:p99": (("model", "tier"), "TTFT P99, s, every tenant"),
-    "model_tier:gateway_inter_token_latency_seconds:p50": (("model", "tier"), "ITL P50, s, every tenant"),
-    "model_tier:gateway_inter_token_latency_seconds:p95": (("model", "tier"), "ITL P95, s, every tenant"),
-    "model_tier:gateway_inter_token_latency_seconds:p99": (("model", "tier"), "ITL P99, s, every tenant"),
     "tenant_model_tier:gateway_time_to_first_token_seconds:p95": (
         ("tenant", "model", "tier"), "TTFT P95 per tenant, s: only for tiers with per_tenant_quantiles"),
     "tenant_model_tier_type:gateway_tokens:rate": (

@@ -22,7 +22,9 @@ import dataclasses
 
 from inferwatch.rules.builders import (MODEL_VERSION, absent_targets, by, exporter_down, num,
                                        over_threshold_by_model, ratio, with_min_rate)
-from inferwatch.rules.llm import ERRORS as GATEWAY_ERROR_OUTCOMES
+from inferwatch.rules.llm import CANCELLED as LLM_CANCELLED
+from inferwatch.rules.llm import ERROR_RATIO as LLM_ERROR_RATIO
+from inferwatch.rules.llm import REQUESTS as LLM_REQUESTS
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector, go_string
 from inferwatch.spec import Spec
@@ -80,11 +82,13 @@ class Sources:
         return f"sum by ({keep}) (rate({self.triton(metric)}[{window}]))"
 
 
-def _gateway_ratio(src: Sources, outcomes: str, window: str) -> str:
-    # Without any series of those outcomes the numerator is empty: `or 0 * requests` makes the ratio 0; the
-    # `> 0` guard records nothing (not NaN) for a model without requests in the window.
-    return (f"(\n  sum by (model) (rate({src.gateway('gateway_requests_total', outcomes)}[{window}]))\n"
-            f"  or\n  0 * {GATEWAY_REQUESTS}\n)\n/\n({GATEWAY_REQUESTS} > 0)")
+def _gateway_ratio(per_tenant_ratio: str) -> str:
+    """A model's ratio at the gateway from the recorded per tenant, model and tier ratio and request rate
+    (inferwatch-llm.rules, same window; read as of its last evaluation, so the gateway's counters are rated
+    once): sum of ratio x requests over the model's requests. A tenant without requests in the window has no
+    ratio and adds nothing; the `> 0` guard records nothing (not NaN) for a model without requests."""
+    return (f"sum by (model) ({per_tenant_ratio} * on (tenant, model, tier) {LLM_REQUESTS})\n"
+            f"/\n({GATEWAY_REQUESTS} > 0)")
 
 
 def ensemble_rules(src: Sources, window: str) -> list[Recording]:
@@ -93,9 +97,9 @@ def ensemble_rules(src: Sources, window: str) -> list[Recording]:
     decoupled = src.collector("inferwatch_triton_model_decoupled")
     return [
         Recording(ENTRY_REQUESTS, f"sum by ({entry_mv}) ({REQUESTS})\nunless on (triton, model)\n{src.steps}"),
-        Recording(GATEWAY_REQUESTS, f"sum by (model) (rate({src.gateway('gateway_requests_total')}[{window}]))"),
-        Recording(GATEWAY_ERRORS, _gateway_ratio(src, GATEWAY_ERROR_OUTCOMES, window)),
-        Recording(GATEWAY_CANCELLED, _gateway_ratio(src, 'outcome="cancelled"', window)),
+        Recording(GATEWAY_REQUESTS, f"sum by (model) ({LLM_REQUESTS})"),
+        Recording(GATEWAY_ERRORS, _gateway_ratio(LLM_ERROR_RATIO)),
+        Recording(GATEWAY_CANCELLED, _gateway_ratio(LLM_CANCELLED)),
         # Decoupled entry points the gateway meters: errors as clients saw them (mid-stream errors included).
         Recording(ENTRY_ERROR_RATIO,
                   f"(\n  max by ({entry_mv}) ({decoupled} == 1) * 0\n"
