@@ -190,6 +190,11 @@ def run_prometheus(spec, seconds: float, started: float) -> tuple[dict[str, floa
             series = int(float(_metric(prom.url, "prometheus_tsdb_head_series")))
             rules = requests.get(f"{prom.url}/api/v1/rules", timeout=30).json()["data"]["groups"]
             unhealthy = [r["name"] for g in rules for r in g["rules"] if r["health"] != "ok"]
+            slowest = sorted(((r["evaluationTime"], g["name"], r["name"]) for g in rules for r in g["rules"]),
+                             reverse=True)[:10]
+            print("slowest rules (last evaluation):")
+            for seconds, group, name in slowest:
+                print(f"  {seconds * 1000:9.1f} ms  {group:32s} {name}")
         finally:
             prom.stop()
     return durations, series, len(unhealthy)

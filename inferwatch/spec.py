@@ -361,10 +361,10 @@ class Tier:
     availability_objective: float = field(0.999, doc="fraction of requests that must succeed over 30d")
     ttft_objective: float = field(0.99, doc="fraction of streamed requests whose TTFT is under ttft_slo_seconds")
     ttft_slo_seconds: float = field(0.5, doc="TTFT threshold for the SLO; must be a histogram bucket edge")
-    per_tenant_quantiles: bool = field(False, doc="judge TTFT P95 per tenant (LlmTtftP95High per tenant, model "
-                                                  "and tier); otherwise per model and tier, every tenant together. "
-                                                  "Per tenant costs a quantile over every tenant's buckets of the "
-                                                  "tier at each evaluation (benchmarks/rules_eval.py)")
+    per_tenant_quantiles: bool = field(False, doc="judge TTFT P95 per tenant: one LlmTtftP95High per tenant, model "
+                                                  "and tier; otherwise one per model and tier, every tenant's "
+                                                  "requests together (a slow tenant then shows in the dashboards "
+                                                  "and triage, not as its own page)")
 
     def _validate(self, path: str) -> None:
         for name in ("availability_objective", "ttft_objective"):

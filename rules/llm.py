@@ -8,10 +8,9 @@ Alertmanager can inhibit the slower pairs while a faster one fires, each with a 
 
 from __future__ import annotations
 
-from inferwatch.rules.builders import (by, exporter_down, indent, known, le_matcher, num, or_zero, ratio,
-                                       regex_alternation)
+from inferwatch.rules.builders import by, exporter_down, indent, le_matcher, num, or_zero, ratio
 from inferwatch.rules.model import Alert, Group, Recording
-from inferwatch.selectors import Selector
+from inferwatch.selectors import Selector, go_string
 from inferwatch.spec import Duration, Spec
 
 TMT = ("tenant", "model", "tier")
@@ -23,8 +22,6 @@ REQUESTS = "tenant_model_tier:gateway_requests:rate"
 TOKENS = "tenant_model_tier_type:gateway_tokens:rate"
 CANCELLED = "tenant_model_tier:gateway_requests_cancelled:ratio"
 ERROR_RATIO = "tenant_model_tier:gateway_requests_errors:ratio"
-TTFT_P95 = "model_tier:gateway_time_to_first_token_seconds:p95"
-TTFT_P95_TENANT = "tenant_model_tier:gateway_time_to_first_token_seconds:p95"
 MT_BY = by(("model", "tier"))
 SLO_REQUESTS = "tier_slo_window:gateway_requests:rate"
 SLO_ERRORS = "tier_slo_window:gateway_requests_errors:ratio"
@@ -42,28 +39,33 @@ def _ratio_or_zero(numerator: str, denominator: str, on: tuple[str, ...]) -> str
     return ratio(or_zero(numerator, denominator, on), denominator, on)
 
 
-def quantile_rules(gateway: Selector, metric: str, window: str) -> list[Recording]:
-    """Bucket rates recorded once per model, tier and bucket, then P50/P95/P99 from them. The bucket series
-    are the bulk of the gateway's series (tenants x models x tiers x ~30 buckets); no query needs their rate
-    per tenant (per-tenant TTFT P95 is opt-in per tier, `per_tenant_p95`), so the recorded rates are 1/tenants
-    of them, and rating them once instead of per quantile costs a third (benchmarks/rules_eval.py)."""
-    buckets = f"model_tier_le:{metric}_bucket:rate"
-    rules = [Recording(buckets, f"sum by ({MT_BY}, le) (rate({gateway(metric + '_bucket')}[{window}]))")]
-    for q in (50, 95, 99):
-        # No observation in the window makes histogram_quantile() NaN: record nothing then.
-        rules.append(Recording(f"model_tier:{metric}:p{q}", known(f"histogram_quantile(0.{q}, {buckets})")))
-    return rules
+def ttft_p95_over_target(spec: Spec, tier_name: str, keep: str, window: str) -> str:
+    """The TTFT P95 of `tier_name` above its target, per `keep` labels, without computing a quantile: with the
+    target T a bucket edge, histogram_quantile(0.95) > T exactly when fewer than 95 % of the observations
+    are <= T, i.e. rate(bucket{le=T}) / rate(bucket{le="+Inf"}) < 0.95. That reads two of the ~30 bucket
+    series per tenant, model and tier instead of all of them at every evaluation (benchmarks/rules_eval.py:
+    rating every bucket was the costliest rule); the P95 itself is computed for the description only, for
+    the alert's own series."""
+    gateway = spec.selectors.of("gateway")
+    tier = spec.tiers[tier_name]
+    sel = f'tier="{tier_name}"'
+    within = gateway("gateway_time_to_first_token_seconds_bucket", sel, le_matcher(tier.ttft_p95_seconds))
+    every = gateway("gateway_time_to_first_token_seconds_bucket", sel, 'le="+Inf"')
+    fraction = ratio(f"sum by ({keep}) (rate({within}[{window}]))", f"sum by ({keep}) (rate({every}[{window}]))",
+                     tuple(k.strip() for k in keep.split(",")))
+    return f"(\n{indent(fraction)}\n) < 0.95"
 
 
-def per_tenant_p95(spec: Spec, gateway: Selector, window: str) -> list[Recording]:
-    """TTFT P95 per tenant, model and tier for the tiers that ask for it (`tiers.<t>.per_tenant_quantiles`):
-    straight from their buckets, so no per-tenant bucket rate is ever stored."""
-    tiers = [name for name, tier in spec.tiers.items() if tier.per_tenant_quantiles]
-    if not tiers:
-        return []
-    bucket = gateway("gateway_time_to_first_token_seconds_bucket", f'tier=~"{regex_alternation(tiers)}"')
-    return [Recording(TTFT_P95_TENANT, known(f"histogram_quantile(0.95, sum by ({TMT_BY}, le) "
-                                             f"(rate({bucket}[{window}])))"))]
+def ttft_p95_text(spec: Spec, keep: tuple[str, ...], window: str) -> str:
+    """The alert's TTFT P95 in its description: a query (at notification time, for this alert's series only)
+    over the gateway's buckets of the alert's tenant (where judged per tenant), model and tier."""
+    gateway = spec.selectors.of("gateway")
+    labels = ([spec.cluster.label] if spec.cluster.enabled else []) + list(keep)
+    matchers = [f"{label}=%q" for label in labels]
+    bucket = go_string(gateway("gateway_time_to_first_token_seconds_bucket", *matchers))
+    args = " ".join(f"$labels.{label}" for label in labels)
+    return (f'{{{{ with printf "histogram_quantile(0.95, sum by (le) (rate({bucket}[{window}])))" {args} | query }}}}'
+            f"{{{{ . | first | value | humanizeDuration }}}}{{{{ end }}}}")
 
 
 def recording_rules(gateway: Selector, window: str) -> list[Recording]:
@@ -176,14 +178,15 @@ def groups(spec: Spec) -> list[Group]:
     alerts = []
     for tier_name, tier in spec.tiers.items():
         if tier.per_tenant_quantiles:
-            expr, who = f'{TTFT_P95_TENANT}{{tier="{tier_name}"}} > {num(tier.ttft_p95_seconds)}\n{guard}', WHO
+            keep, who = TMT, WHO
+            judged = f"{ttft_p95_over_target(spec, tier_name, TMT_BY, window)}\n{guard}"
         else:
-            expr = (f'{TTFT_P95}{{tier="{tier_name}"}} > {num(tier.ttft_p95_seconds)}\nand on ({MT_BY})\n'
-                    f"sum by ({MT_BY}) ({REQUESTS}) > {num(l3.min_request_rate)}")
-            who = "model {{ $labels.model }}, tier {{ $labels.tier }} (every tenant)"
+            keep, who = ("model", "tier"), "model {{ $labels.model }}, tier {{ $labels.tier }} (every tenant)"
+            judged = (f"{ttft_p95_over_target(spec, tier_name, MT_BY, window)}\nand on ({MT_BY})\n"
+                      f"sum by ({MT_BY}) ({REQUESTS}) > {num(l3.min_request_rate)}")
         alerts.append(Alert(
-            "LlmTtftP95High", expr, l3.for_, "warning",
-            f"Time to first token P95 for {who} is {{{{ $value | humanizeDuration }}}} over {window} "
+            "LlmTtftP95High", judged, l3.for_, "warning",
+            f"Time to first token P95 for {who} is {ttft_p95_text(spec, keep, window)} over {window} "
             f"(target {num(tier.ttft_p95_seconds)} s).", labels={"tier": tier_name}))
     base = f'{TOKENS}{{type="output"}}'
     offset = str(l3.throughput_baseline_offset)
@@ -205,15 +208,11 @@ def groups(spec: Spec) -> list[Group]:
         exporter_down("GatewayExporterDown", gateway, for_=l3.exporter_down_for, severity="warning",
                       what="the gateway exporter", has_targets=bool(spec.targets.gateways), cluster=spec.cluster),
     ]
-    # Separate groups evaluate concurrently, so no group waits on another's heavy query: the histogram groups
-    # (and the per-tenant quantile, where a tier asks for it) are the heavy ones.
-    tenant = per_tenant_p95(spec, gateway, window)
-    # Inter-token latency has no recorded quantile: no alert or runbook reads one, and the dashboards draw it
-    # from the histogram over their own range; rating its ~26 buckets per tenant, model and tier at every
-    # evaluation cost as much as the TTFT group (benchmarks/rules_eval.py).
-    return [Group("inferwatch-llm-ttft.rules", quantile_rules(gateway, "gateway_time_to_first_token_seconds", window)),
-            *([Group("inferwatch-llm-ttft-tenant.rules", tenant)] if tenant else []),
-            Group("inferwatch-llm.rules", recording_rules(gateway, window)),
+    # Separate groups evaluate concurrently, so no group waits on another's heavy query. No quantile is recorded: LlmTtftP95High judges its target from two buckets (ttft_p95_over_target), no
+    # alert or runbook reads another quantile, and the dashboards draw TTFT and inter-token latency from the
+    # histograms over their own range. Rating every bucket of every tenant, model and tier at each evaluation
+    # was the costliest part of the rules (benchmarks/rules_eval.py).
+    return [Group("inferwatch-llm.rules", recording_rules(gateway, window)),
             Group("inferwatch-llm-slo.rules", slo_recording_rules(spec)),
             Group("inferwatch-llm.alerts", alerts),
             Group("inferwatch-llm-slo.alerts", burn_rate_alerts(spec))]

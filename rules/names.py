@@ -58,13 +58,6 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
         ("model",), "error|timeout outcomes / all requests at the gateway (client 4xx except 429 excluded)"),
     "model:gateway_requests_cancelled:ratio": (("model",), "cancelled / all requests at the gateway"),
     # L3 (gateway; labels tenant, model, tier) ------------------------------------------------------------
-    "model_tier_le:gateway_time_to_first_token_seconds_bucket:rate": (
-        ("model", "tier", "le"), "TTFT bucket rates, every tenant (for histogram_quantile at other quantiles)"),
-    "model_tier:gateway_time_to_first_token_seconds:p50": (("model", "tier"), "TTFT P50, s, every tenant"),
-    "model_tier:gateway_time_to_first_token_seconds:p95": (("model", "tier"), "TTFT P95, s, every tenant"),
-    "model_tier:gateway_time_to_first_token_seconds:p99": (("model", "tier"), "TTFT P99, s, every tenant"),
-    "tenant_model_tier:gateway_time_to_first_token_seconds:p95": (
-        ("tenant", "model", "tier"), "TTFT P95 per tenant, s: only for tiers with per_tenant_quantiles"),
     "tenant_model_tier_type:gateway_tokens:rate": (
         ("tenant", "model", "tier", "type"), "tokens/s metered, type=input|output (output = output tokens/s)"),
     "tenant_model_tier:gateway_output_tokens:avg": (
