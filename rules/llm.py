@@ -175,7 +175,7 @@ def groups(spec: Spec) -> list[Group]:
     gateway = spec.selectors.of("gateway")
     window = str(spec.prometheus.rate_window)
     guard = f"and on ({TMT_BY})\n{REQUESTS} > {num(l3.min_request_rate)}"
-    alerts = []
+    ttft_alerts = []
     for tier_name, tier in spec.tiers.items():
         if tier.per_tenant_quantiles:
             keep, who = TMT, WHO
@@ -184,14 +184,14 @@ def groups(spec: Spec) -> list[Group]:
             keep, who = ("model", "tier"), "model {{ $labels.model }}, tier {{ $labels.tier }} (every tenant)"
             judged = (f"{ttft_p95_over_target(spec, tier_name, MT_BY, window)}\nand on ({MT_BY})\n"
                       f"sum by ({MT_BY}) ({REQUESTS}) > {num(l3.min_request_rate)}")
-        alerts.append(Alert(
+        ttft_alerts.append(Alert(
             "LlmTtftP95High", judged, l3.for_, "warning",
             f"Time to first token P95 for {who} is {ttft_p95_text(spec, keep, window)} over {window} "
             f"(target {num(tier.ttft_p95_seconds)} s).", labels={"tier": tier_name}))
     base = f'{TOKENS}{{type="output"}}'
     offset = str(l3.throughput_baseline_offset)
     baseline = f"sum by (model, tier) ({base} offset {offset})"
-    alerts += [
+    alerts = [
         # A model and tier whose series vanished (gateway restarted, no request since) produces 0 tokens/s,
         # the worst collapse: without `or 0 * baseline` the comparison would return nothing and never fire.
         Alert("LlmOutputThroughputCollapse",
@@ -214,5 +214,6 @@ def groups(spec: Spec) -> list[Group]:
     # was the costliest part of the rules (benchmarks/rules_eval.py).
     return [Group("inferwatch-llm.rules", recording_rules(gateway, window)),
             Group("inferwatch-llm-slo.rules", slo_recording_rules(spec)),
+            Group("inferwatch-llm-ttft.alerts", ttft_alerts),
             Group("inferwatch-llm.alerts", alerts),
             Group("inferwatch-llm-slo.alerts", burn_rate_alerts(spec))]
