@@ -38,6 +38,11 @@ class VictoriaMetricsServer:
             raise StackError(f"query {expr!r} failed: {body.get('error')}")
         return body["data"]["result"]
 
+    def series(self) -> int:
+        """Series in the store (its TSDB status; a count() query would refuse a store this large)."""
+        body = requests.get(f"{self.url}/api/v1/status/tsdb", timeout=30).json()
+        return int(body["data"]["totalSeries"])
+
     def stop(self) -> None:
         self.process.stop()
 
@@ -64,12 +69,13 @@ class Managed:
 
 
 def start_victoria_metrics(workdir: Path, *, port: int | None = None, latency_offset: str = "1s",
-                           timeout: float = 60.0) -> VictoriaMetricsServer:
+                           extra_args: list[str] | None = None, timeout: float = 60.0) -> VictoriaMetricsServer:
     """Single-node VictoriaMetrics on a free loopback port; ready when /health answers 200."""
     binary = require_binary("victoria-metrics", INSTALL_HINT)
     port = port or free_port()
     argv = [binary, f"-storageDataPath={Path(workdir) / 'vm-data'}", f"-httpListenAddr=127.0.0.1:{port}",
-            f"-search.latencyOffset={latency_offset}", "-search.disableCache", "-loggerLevel=WARN"]
+            f"-search.latencyOffset={latency_offset}", "-search.disableCache", "-loggerLevel=WARN",
+            *(extra_args or [])]
     url = f"http://127.0.0.1:{port}"
     process = ManagedProcess("victoria-metrics", argv, Path(workdir) / "victoria-metrics.log",
                              ready=lambda: http_ok(url + "/health"))
