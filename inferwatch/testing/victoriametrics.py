@@ -3,7 +3,11 @@ benchmarks of the central-store topology (inferwatch.central).
 
 VictoriaMetrics runs with `-search.latencyOffset` shortened from its 30 s default (samples younger than it are
 hidden from queries, for complete last points in production) so that a test sees a sample seconds after it was
-written, and with its response cache off (the cache would keep answers from before a sample arrived).
+written, and with its response cache off (the cache would keep answers from before a sample arrived). The
+offset stays longer than vmalert's remote-write flush plus the store's ingestion (a few seconds): vmalert
+writes its recordings back through remote write, so a recording chained on another of its group reads it an
+evaluation or two late; with a shorter offset it would read it sometimes and sometimes not, and the chained
+recording would flicker.
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ class Managed:
         self.process.stop()
 
 
-def start_victoria_metrics(workdir: Path, *, port: int | None = None, latency_offset: str = "1s",
+def start_victoria_metrics(workdir: Path, *, port: int | None = None, latency_offset: str = "5s",
                            extra_args: list[str] | None = None, timeout: float = 60.0) -> VictoriaMetricsServer:
     """Single-node VictoriaMetrics on a free loopback port; ready when /health answers 200."""
     binary = require_binary("victoria-metrics", INSTALL_HINT)
