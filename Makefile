@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-APT_PACKAGES := prometheus prometheus-alertmanager docker-compose
+APT_PACKAGES := prometheus prometheus-alertmanager docker-compose victoria-metrics
 PYTEST_ARGS ?=
 ARGS ?=
 
@@ -18,10 +18,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-# Debian packages for the real Prometheus/promtool and Alertmanager/amtool the tests start.
+# Debian packages for the real Prometheus/promtool and Alertmanager/amtool the tests start, and VictoriaMetrics
+# (victoria-metrics, vmagent, vmalert) for the central-store tests.
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
-	    || ! command -v amtool >/dev/null || ! command -v docker-compose >/dev/null; then \
+	    || ! command -v amtool >/dev/null || ! command -v docker-compose >/dev/null \
+	    || ! command -v vmalert >/dev/null; then \
 	  echo "installing Debian packages: $(APT_PACKAGES)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi

@@ -49,11 +49,12 @@ def build(spec: Spec) -> db.Dashboard:
         [query("max(model_version:nv_inference_request_error:ratio)", "worst")],
         links=[dashboard_link("triton")] + runbook_links(spec, ["TritonModelErrorRatioHigh"]),
         thresholds=[(l2.error_ratio, "red")], w=8, h=5))
+    ttft = spec.selectors.of("gateway")("gateway_time_to_first_token_seconds_bucket")
     board = board.with_panel(stat_panel(
-        "Worst TTFT P95 by tier", "Highest time-to-first-token P95 of any tenant and model, per tier "
-        "(tenant_model_tier:gateway_time_to_first_token_seconds:p95). Targets: "
+        "TTFT P95 by tier", "Time-to-first-token P95 per tier, every tenant and model together, from the gateway's "
+        "histogram (gateway_time_to_first_token_seconds). Targets: "
         f"{', '.join(f'{n} {t.ttft_p95_seconds:g} s' for n, t in spec.tiers.items())}.", "s",
-        [query("max by (tier) (tenant_model_tier:gateway_time_to_first_token_seconds:p95)", "{{tier}}")],
+        [query(f"histogram_quantile(0.95, sum by (tier, le) (rate({ttft}[$__rate_interval])))", "{{tier}}")],
         links=[dashboard_link("llm")] + runbook_links(spec, ["LlmTtftP95High"]),
         thresholds=[(min(t.ttft_p95_seconds for t in spec.tiers.values()), "orange")] if spec.tiers else (),
         w=8, h=5))

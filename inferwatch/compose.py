@@ -61,11 +61,48 @@ def collector_targets(spec: Spec) -> dict:
         "metrics_interval_ms": spec.targets.triton[0].metrics_interval_ms if spec.targets.triton else 2000}]}}
 
 
+VM_VERSION = "v1.79.5"  # the Debian package's release, which the tests run
+
+
+def central_outputs(spec: Spec) -> dict[str, str]:
+    """With a central store (spec `central_store`): deploy/compose/central.yml, an override adding
+    VictoriaMetrics, this cluster's vmagent (scraping the compose targets, deploy/compose/edge-scrape.yml) and
+    vmalert (the rules, notifying the compose Alertmanager), with inferwatch.central's command lines:
+    `docker compose -f docker-compose.yml -f deploy/compose/central.yml up`. Grafana can then use
+    http://victoria-metrics:8428 as its Prometheus data source."""
+    from inferwatch.central import edge_command, edge_scrape_config, vmalert_command
+
+    if not spec.central_store.enabled:
+        return {}
+    store = "http://victoria-metrics:8428"
+    cs = compose_spec(spec)
+    cs = dataclasses.replace(cs, central_store=dataclasses.replace(cs.central_store, url=store, edge="vmagent"))
+    images = {name: f"victoriametrics/{name}:{VM_VERSION}" for name in ("victoria-metrics", "vmagent", "vmalert")}
+    services = {
+        "victoria-metrics": {"image": images["victoria-metrics"], "restart": "unless-stopped",
+                             "command": ["-storageDataPath=/storage", "-retentionPeriod=30d"],
+                             "volumes": ["victoria-metrics-data:/storage"],
+                             "ports": ["${INFERWATCH_BIND:-127.0.0.1}:8428:8428"]},
+        "vmagent": {"image": images["vmagent"], "restart": "unless-stopped",
+                    "command": edge_command(cs, "/etc/vmagent/edge-scrape.yml", "/tmp/vmagent")[1:],
+                    "volumes": [f"./{OUT_DIR}/edge-scrape.yml:/etc/vmagent/edge-scrape.yml:ro"],
+                    "depends_on": ["victoria-metrics"]},
+        "vmalert": {"image": images["vmalert"], "restart": "unless-stopped",
+                    "command": vmalert_command(cs, "/etc/vmalert/rules/*.yml")[1:],
+                    "volumes": ["./rules/generated:/etc/vmalert/rules:ro"],
+                    "depends_on": ["victoria-metrics", "alertmanager"]},
+    }
+    head = HEADER.replace("from the spec", "from the spec (central store, inferwatch/compose.py)")
+    override = {"services": services, "volumes": {"victoria-metrics-data": {}}}
+    return {f"{OUT_DIR}/central.yml": head + dump(override),
+            f"{OUT_DIR}/edge-scrape.yml": head + dump(edge_scrape_config(cs))}
+
+
 def outputs(spec: Spec) -> dict[str, str]:
     """{relative path: text} for `inferwatch generate`."""
     cs = compose_spec(spec)
     head = HEADER.replace("from the spec", "from the spec (compose addresses, inferwatch/compose.py)")
-    return {
+    return {**central_outputs(spec),
         f"{OUT_DIR}/prometheus.yml": head + dump(prometheus_config(cs)),
         f"{OUT_DIR}/alertmanager.yml": alertmanager_config.render(cs),
         f"{OUT_DIR}/collector-targets.yaml": head + yaml.safe_dump(collector_targets(spec), sort_keys=False),

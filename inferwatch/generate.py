@@ -27,6 +27,8 @@ GENERATORS: list[str] = [
     "inferwatch.dashboards.generate:outputs",  # dashboards/generated/*.json (Grafana 11+)
     "inferwatch.compose:outputs",  # deploy/compose/{prometheus,alertmanager}.yml for docker-compose.yml
     "inferwatch.kubernetes.generate:outputs",  # deploy/kubernetes/ kustomize base (prometheusrule.yaml: rules)
+    "inferwatch.central:outputs",  # deploy/central/ edge and vmalert configuration (spec central_store)
+    "inferwatch.kubernetes.clusters:generated",  # Prometheus CR patch (cluster), vmalert on Kubernetes (central)
 ]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from inferwatch.redaction import address
 from inferwatch.specload import Duration, Secret, SpecError, build, field, load_yaml
 
-__all__ = ["Spec", "SpecError", "Duration", "Secret", "load_spec", "DEFAULT_SPEC_PATH"]
+__all__ = ["Spec", "SpecError", "ClusterSettings", "CentralStore", "Duration", "Secret", "load_spec", "DEFAULT_SPEC_PATH"]
 
 DEFAULT_SPEC_PATH = "inferwatch.yaml"
 LAYERS = ("L1", "L2", "L3")
@@ -105,7 +105,8 @@ class Targets:
 class PrometheusSettings:
     scrape_interval: Duration = field(_d("15s"), doc="raise for large fleets; must be >= Triton metrics interval")
     evaluation_interval: Duration = field(_d("15s"), doc="rule evaluation interval")
-    external_labels: dict[str, str] = field({}, doc="e.g. cluster: prod-a")
+    external_labels: dict[str, str] = field({}, doc="labels Prometheus adds to what it sends, e.g. region: eu; "
+                                                    "the cluster's name goes in `cluster`")
     rate_window: Duration = field(_d("5m"), doc="rate() window of the recording rules and L1/L2/L3 alerts; "
                                                 "at least 4 scrape intervals (shorten only with the scrape interval)")
     rule_files: list[str] = field(["../../rules/generated/*.yml"],
@@ -116,6 +117,69 @@ class PrometheusSettings:
                                               doc="labels of the PrometheusRule, monitors and AlertmanagerConfig; "
                                                   "match your operator's selectors (kube-prometheus-stack: "
                                                   "release: <its release name>)")
+
+
+# ---------------------------------------------------------------------------------------- several clusters
+# Labels the rules and scrape configuration already give a meaning: a cluster label may not reuse them.
+_TAKEN_LABELS = ("job", "instance", "node", "triton", "model", "version", "tenant", "tier", "gpu", "UUID",
+                 "alertname", "layer", "severity", "le", "quantile", "slo_window", "window")
+
+
+@dataclasses.dataclass
+class ClusterSettings:
+    """Which cluster this spec's targets are in (README "Several clusters"). With a `name`, Prometheus (or the
+    edge agent writing to the central store) adds `<label>: <name>` to every series it sends and every alert,
+    every recording rule and alert keeps the label through its aggregations, each alert's description names
+    the cluster, dashboards gain a `cluster` variable and Alertmanager never groups or inhibits across two
+    clusters. Without a name nothing changes."""
+
+    name: str = field("", doc="this cluster's name, e.g. prod-eu-1; set it when several clusters are watched")
+    label: str = field("cluster", doc="the label carrying the name (kube-prometheus-stack's mixins use cluster)")
+    lookback: Duration = field(_d("1h"), doc="a source whose targets vanished from one cluster while it reported "
+                                             "in the last `lookback` is down there (its exporter-down alert, "
+                                             "labelled with the cluster) until the lookback passes")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.name)
+
+    def _validate(self, path: str) -> None:
+        import re
+
+        if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", self.label) or self.label.startswith("__"):
+            raise SpecError(f"{path}.label", f"expected a Prometheus label name (not starting with __), "
+                                             f"got {self.label!r}")
+        if self.label in _TAKEN_LABELS:
+            raise SpecError(f"{path}.label", f"{self.label!r} already means something in inferwatch's series and "
+                                             f"alerts: pick another name, such as cluster")
+
+
+@dataclasses.dataclass
+class CentralStore:
+    """A central metrics store several clusters write to (README "Several clusters"): each cluster's edge
+    (vmagent, or Prometheus in agent mode) scrapes the cluster's targets and remote-writes to VictoriaMetrics;
+    vmalert evaluates the generated rule files there and notifies Alertmanager. `inferwatch generate` writes
+    that configuration under deploy/central/."""
+
+    url: str = field("", doc="VictoriaMetrics base URL the edges write to and vmalert queries, e.g. "
+                             "http://victoria-metrics:8428; empty: no central store")
+    edge: str = field("vmagent", doc="what scrapes each cluster and writes to the store: vmagent or "
+                                     "prometheus-agent (Prometheus with --enable-feature=agent)")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.url)
+
+    @property
+    def write_url(self) -> str:
+        """The store's Prometheus remote-write endpoint."""
+        return self.url.rstrip("/") + "/api/v1/write"
+
+    def _validate(self, path: str) -> None:
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise SpecError(f"{path}.url", f"expected an http(s) URL, got {self.url!r}")
+        if self.edge not in ("vmagent", "prometheus-agent"):
+            raise SpecError(f"{path}.edge", f"expected vmagent or prometheus-agent, got {self.edge!r}")
 
 
 # -------------------------------------------------------------------------------------------- selectors
@@ -297,6 +361,10 @@ class Tier:
     availability_objective: float = field(0.999, doc="fraction of requests that must succeed over 30d")
     ttft_objective: float = field(0.99, doc="fraction of streamed requests whose TTFT is under ttft_slo_seconds")
     ttft_slo_seconds: float = field(0.5, doc="TTFT threshold for the SLO; must be a histogram bucket edge")
+    per_tenant_quantiles: bool = field(False, doc="judge TTFT P95 per tenant: one LlmTtftP95High per tenant, model "
+                                                  "and tier; otherwise one per model and tier, every tenant's "
+                                                  "requests together (a slow tenant then shows in the dashboards "
+                                                  "and triage, not as its own page)")
 
     def _validate(self, path: str) -> None:
         for name in ("availability_objective", "ttft_objective"):
@@ -572,6 +640,9 @@ class Spec:
     targets: Targets = field(Targets)
     prometheus: PrometheusSettings = field(PrometheusSettings)
     selectors: Selectors = field(Selectors, doc="PromQL label selector of each source's series")
+    cluster: ClusterSettings = field(ClusterSettings, doc="this cluster's name, when several clusters are watched")
+    central_store: CentralStore = field(CentralStore, doc="a central store (VictoriaMetrics) several clusters "
+                                                          "write to, and vmalert evaluating the rules there")
     layers: Layers = field(Layers)
     tenants: list[str] = field([], doc="declared tenants; any other X-Tenant-ID folds into 'other'")
     models: list[str] = field([], doc="declared models for gateway labels; others fold into 'other'")
@@ -586,6 +657,17 @@ class Spec:
     def _validate(self, path: str) -> None:
         if self.version != 1:
             raise SpecError("version", f"expected 1, got {self.version}")
+        given = self.prometheus.external_labels.get(self.cluster.label)
+        if given is not None:
+            # An external label of that name (as specs wrote it before `cluster`) names the cluster too.
+            if self.cluster.name and self.cluster.name != given:
+                raise SpecError(f"prometheus.external_labels.{self.cluster.label}",
+                                f"names the cluster {given!r} while cluster.name is {self.cluster.name!r}: "
+                                f"keep one")
+            self.cluster.name = given
+        if self.central_store.enabled and not self.cluster.enabled:
+            raise SpecError("cluster.name", "required with central_store.url: every cluster writing to the "
+                                            "store needs its own name, or their series could not be told apart")
         seen: dict[str, str] = {}
         for tier_name, tier in self.tiers.items():
             for service in tier.services:
@@ -604,6 +686,15 @@ class Spec:
                                 f"unknown channel {name!r} (declared: {', '.join(self.channels) or 'none'})")
 
     # Helpers shared by the exporters and generators -------------------------------------------------
+    @property
+    def external_labels(self) -> dict[str, str]:
+        """The labels Prometheus (or the edge agent) adds to every series and alert it sends: the spec's
+        `prometheus.external_labels` and the cluster's name under its label."""
+        labels = dict(self.prometheus.external_labels)
+        if self.cluster.enabled:
+            labels[self.cluster.label] = self.cluster.name
+        return labels
+
     def tier_of_service(self, service: str | None) -> str:
         """Tier label for an X-Service-Name value; undeclared services fold into 'other'."""
         for tier_name, tier in self.tiers.items():

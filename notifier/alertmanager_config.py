@@ -18,7 +18,8 @@ webhook and does routing by layer and delivery. Shape and semantics: research/al
   relabelled without it) and an LLM alert (which has no node) would silence every LLM alert of the fleet.
   Each rule therefore requires every `equal` label on both sides (`node=~".+"`) and keys only on labels the
   registry (`inferwatch.rules.names.ALERTS[...].scope`) guarantees on its targets, plus the spec's
-  Prometheus `external_labels` (e.g. `cluster`), which Prometheus attaches to every alert it sends:
+  Prometheus external labels (`spec.external_labels`: the cluster's name among them), which Prometheus
+  attaches to every alert it sends and which a central store's series carry:
     - the critical variant of an alert inhibits its warning variant for the same object (burn rates: same
       tier and SLO); GpuMemoryUsageCritical inhibits GpuMemoryUsageHigh on the same GPU;
     - GpuNvmlLost (the node's NVML library is lost) inhibits GpuLost on the same node;
@@ -59,14 +60,14 @@ def config(spec: Spec) -> dict:
     routes = [{
         "receiver": FALLBACK_RECEIVER,
         "matchers": ['component="notifier"'],
-        "group_by": ["alertname"],
+        "group_by": _in_cluster(spec, ["alertname"]),
         "group_wait": "10s", "group_interval": "1m", "repeat_interval": "1h",
     }]
     for layer in LAYERS:
         g = s.grouping.get(layer)
         route = {"receiver": layer_receiver(layer), "matchers": [f'layer="{layer}"']}
         if g is not None:
-            route.update(group_by=_with_severity(g.group_by), group_wait=str(g.group_wait),
+            route.update(group_by=_with_severity(_in_cluster(spec, g.group_by)), group_wait=str(g.group_wait),
                          group_interval=str(g.group_interval), repeat_interval=str(g.repeat_interval))
         routes.append(route)
     receivers = [{"name": DEFAULT_RECEIVER, "webhook_configs": [_webhook(spec)]}]
@@ -81,11 +82,19 @@ def config(spec: Spec) -> dict:
     inhibit = inhibit_rules(spec)
     return {
         "global": {"resolve_timeout": "5m"},
-        "route": {"receiver": DEFAULT_RECEIVER, "group_by": ["alertname", "layer", "severity"], "group_wait": "30s",
-                  "group_interval": "5m", "repeat_interval": "4h", "routes": routes},
+        "route": {"receiver": DEFAULT_RECEIVER, "group_by": _in_cluster(spec, ["alertname", "layer", "severity"]),
+                  "group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h", "routes": routes},
         "receivers": receivers,
         "inhibit_rules": inhibit,
     }
+
+
+def _in_cluster(spec: Spec, group_by: list[str]) -> list[str]:
+    """`group_by` and the cluster label (spec `cluster`): no group holds two clusters' alerts, so one message
+    never pages cluster a's on-call with cluster b's GPU."""
+    if not spec.cluster.enabled or "..." in group_by or spec.cluster.label in group_by:
+        return list(group_by)
+    return [*group_by, spec.cluster.label]
 
 
 def _with_severity(group_by: list[str]) -> list[str]:
@@ -105,7 +114,7 @@ def _inhibit(source: list[str], target: list[str], equal: list[str]) -> dict:
 
 def inhibit_rules(spec: Spec) -> list[dict]:
     """The inhibit rules (see the module docstring); every `equal` label is required on both sides."""
-    cluster = sorted(spec.prometheus.external_labels)
+    cluster = sorted(spec.external_labels)
     rules = []
     for name, info in ALERTS.items():
         if {"critical", "warning"} <= set(info.severities):

@@ -4,7 +4,10 @@ A typo in a route (`match: {layr: L1}`, `match: {layer: l1}`) is valid YAML and 
 never matches, so GPU pages fall through to the catch-all. The labels alerts can carry and the values of the
 fixed-valued ones come from the rules registry (`inferwatch.rules.names.ALERTS`, checked against the generated
 rule files by tests/test_rules_labels.py); `tier`, `tenant` and burn-rate `window` values from the spec (plus `other`, which the
-gateway uses for anything undeclared); the spec's Prometheus `external_labels` are on every alert.
+gateway uses for anything undeclared); the spec's external labels (`spec.external_labels`, the cluster's name
+among them) are on every alert, and alerts on a source's series carry the `=` labels of its selector (spec
+`selectors`, e.g. `namespace` and `service`; the exporter-down alerts' absent() forms keep them too). The
+cluster label takes any value: on a central store every cluster's alerts carry their own.
 """
 
 from __future__ import annotations
@@ -37,14 +40,23 @@ def _known_values(spec: Spec) -> dict[str, tuple[str, ...]]:
     if spec.tenants:
         values["tenant"] = (*spec.tenants, OTHER)
     for label, value in spec.prometheus.external_labels.items():
-        values[label] = (value,)
+        if label != spec.cluster.label:
+            values[label] = (value,)
     return values
 
 
+def selector_labels(spec: Spec) -> set[str]:
+    """Labels the spec's selectors require with `=` (every selected series, and the alerts on them, carry them)."""
+    from inferwatch.selectors import SOURCES
+
+    return {label for source in SOURCES for label in spec.selectors.of(source).labels}
+
+
 def _alert_can_match(name: str, info: AlertInfo, equal: dict[str, str], regex: dict[str, re.Pattern],
-                     external: set[str]) -> bool:
+                     external: set[str], from_selectors: set[str] = frozenset()) -> bool:
     fixed = {"alertname": (name,), "layer": (info.layer,), "severity": info.severities}
-    carried = set(info.labels) | set(fixed) | external
+    # An alert naming its series' job carries the rest of the source's selector labels too.
+    carried = set(info.labels) | set(fixed) | external | (from_selectors if "job" in info.labels else set())
     for label in set(equal) | set(regex):
         if label not in carried:
             return False
@@ -60,7 +72,9 @@ def _alert_can_match(name: str, info: AlertInfo, equal: dict[str, str], regex: d
 def check_routes(spec: Spec) -> None:
     """Raise SpecError (field `routes[i].match.<label>` or `.match_re.<label>`) for the first route matcher
     no alert of the rules can satisfy."""
-    labels = alert_label_names() | set(spec.prometheus.external_labels)
+    external = set(spec.external_labels)
+    from_selectors = selector_labels(spec)
+    labels = alert_label_names() | external | from_selectors
     values = _known_values(spec)
     for i, route in enumerate(spec.routes):
         regex = {k: re.compile(v) for k, v in route.match_re.items()}
@@ -79,8 +93,8 @@ def check_routes(spec: Spec) -> None:
                 if field == "match_re" and not any(regex[label].fullmatch(v) for v in options):
                     raise SpecError(path, f"{value!r} matches no {label} an alert has: "
                                           f"{_hint(value, options)}values: {', '.join(options)}")
-        external = set(spec.prometheus.external_labels)
-        if not any(_alert_can_match(n, info, route.match, regex, external) for n, info in ALERTS.items()):
+        if not any(_alert_can_match(n, info, route.match, regex, external, from_selectors)
+                   for n, info in ALERTS.items()):
             wanted = ", ".join([f"{k}={v}" for k, v in route.match.items()]
                                + [f"{k}=~{v}" for k, v in route.match_re.items()])
             raise SpecError(f"routes[{i}].match", f"no alert carries all of {wanted}: the route can never match")

@@ -10,7 +10,7 @@ import re
 
 from inferwatch.rules.model import Alert
 from inferwatch.selectors import Selector
-from inferwatch.spec import Duration
+from inferwatch.spec import ClusterSettings, Duration
 
 MODEL_VERSION = ("node", "triton", "model", "version")
 
@@ -41,15 +41,32 @@ def le_matcher(edge: float) -> str:
     return f'le="{float(edge)!r}"'
 
 
+def absent_targets(selector: Selector, cluster: ClusterSettings | None = None) -> str:
+    """No target of `selector` is scraped: `absent(up{...})`, which keeps the selector's `=` labels (e.g.
+    `job`). With several clusters (`cluster` enabled) a central store holds every cluster's `up`, so absent()
+    would wait for the source to vanish from all of them: a cluster whose `up{...}` reported within
+    `cluster.lookback` and no longer does is named by its own series (labels: the cluster and the selector's
+    `=` labels), and absent() fires only for a source seen nowhere in that lookback. In a Prometheus of one
+    cluster (no cluster label on its series) both branches carry the same labels: one alert, never two."""
+    up = selector("up")
+    if cluster is None or not cluster.enabled:
+        return f"absent({up})"
+    kept = list(selector.labels)
+    seen = f"max_over_time({up}[{cluster.lookback}])"
+    return (f"absent({up})\nunless ignoring ({by(kept)})\ngroup({seen})\nor\n"
+            f"group by ({by([cluster.label, *kept])}) ({seen})\nunless on ({cluster.label})\n"
+            f"group by ({cluster.label}) ({up})")
+
+
 def exporter_down(alert: str, selector: Selector, *, for_: Duration, severity: str, what: str, has_targets: bool,
-                  labels: dict[str, str] | None = None) -> Alert:
-    """`up == 0` for every target `selector` (the source's, spec `selectors`) picks, plus `absent(up{...})`
+                  labels: dict[str, str] | None = None, cluster: ClusterSettings | None = None) -> Alert:
+    """`up == 0` for every target `selector` (the source's, spec `selectors`) picks, plus `absent_targets`
     when the spec lists targets for it, so a source whose targets vanished from service discovery is not
-    silently healthy. `absent()` keeps the selector's `=` labels (e.g. `job`)."""
+    silently healthy."""
     up = selector("up")
     expr = f"{up} == 0"
     if has_targets:
-        expr += f"\nor\nabsent({up})"
+        expr += f"\nor\n{absent_targets(selector, cluster)}"
     description = (f"Prometheus cannot scrape {what} {{{{ with $labels.instance }}}}at {{{{ . }}}} {{{{ end }}}}"
                    f"({_go_template_text(selector.describe())}"
                    f"{{{{ with $labels.node }}}}, node {{{{ . }}}}{{{{ end }}}}): "

@@ -2,7 +2,9 @@
 Kubernetes PrometheusRule, and deploy/prometheus/prometheus.yml.
 
 Whole-output pass: every alert gets `layer`, its static `summary` and `runbook_url` (spec.runbook_base_url +
-<AlertName>.md) from the registry (`inferwatch.rules.names`), so no area module repeats them.
+<AlertName>.md) from the registry (`inferwatch.rules.names`), so no area module repeats them. With several
+clusters (spec `cluster.name`) every rule keeps the cluster label through its aggregations and matchings
+(`inferwatch.rules.cluster`) and every description starts with the cluster's name.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import yaml
 
 from inferwatch.rules import gpu, llm, notifier, triton
+from inferwatch.rules.cluster import keep_label
 from inferwatch.rules.model import Alert, Group
 from inferwatch.rules.names import ALERTS
 from inferwatch.rules.promconfig import prometheus_config
@@ -27,11 +30,24 @@ def runbook_url(spec: Spec, alert: str) -> str:
     return f"{spec.runbook_base_url.rstrip('/')}/{alert}.md"
 
 
+def cluster_prefix(label: str) -> str:
+    """The start of every description with several clusters: `Cluster b: `. The alert's own label where the
+    rules run on a central store (the series carry it); Prometheus' external label where one Prometheus
+    watches one cluster (its series do not; it adds the label to the alerts it sends). vmalert and
+    Prometheus both know `$externalLabels`."""
+    return f"{{{{ with or $labels.{label} $externalLabels.{label} }}}}Cluster {{{{ . }}}}: {{{{ end }}}}"
+
+
 def finish(spec: Spec, groups: list[Group]) -> list[Group]:
-    """Add layer, summary and runbook_url to every alert. Raises RuntimeError for an alert missing from the
-    registry or with a severity the registry does not allow (a generator bug, not a spec problem)."""
+    """Add layer, summary and runbook_url to every alert (and, with several clusters, keep the cluster label
+    through every rule and name the cluster in every description). Raises RuntimeError for an alert missing
+    from the registry or with a severity the registry does not allow (a generator bug, not a spec problem)."""
     for group in groups:
         for rule in group.rules:
+            if spec.cluster.enabled:
+                rule.expr = keep_label(rule.expr, spec.cluster.label)
+                if isinstance(rule, Alert):
+                    rule.description = cluster_prefix(spec.cluster.label) + rule.description
             if not isinstance(rule, Alert):
                 continue
             info = ALERTS.get(rule.alert)

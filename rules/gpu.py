@@ -146,6 +146,6 @@ def groups(spec: Spec) -> list[Group]:
               l1.for_, "warning",
               f"{GPU} is slowing its clocks ({{{{ $labels.reason }}}}) for more than {l1.for_}."),
         exporter_down("GpuExporterDown", gpu, for_=l1.exporter_down_for, severity="critical",
-                      what="the GPU exporter", has_targets=bool(spec.targets.gpu_exporters)),
+                      what="the GPU exporter", has_targets=bool(spec.targets.gpu_exporters), cluster=spec.cluster),
     ]
     return [Group("inferwatch-gpu.rules", recording), Group("inferwatch-gpu.alerts", alerts)]

@@ -8,9 +8,9 @@ Alertmanager can inhibit the slower pairs while a faster one fires, each with a 
 
 from __future__ import annotations
 
-from inferwatch.rules.builders import by, exporter_down, indent, known, le_matcher, num, or_zero, ratio
+from inferwatch.rules.builders import by, exporter_down, indent, le_matcher, num, or_zero, ratio
 from inferwatch.rules.model import Alert, Group, Recording
-from inferwatch.selectors import Selector
+from inferwatch.selectors import Selector, go_string
 from inferwatch.spec import Duration, Spec
 
 TMT = ("tenant", "model", "tier")
@@ -21,10 +21,14 @@ ERRORS = 'outcome=~"error|timeout", code!~"4(0[0-9]|1[0-9]|2[0-8]|[3-9][0-9])"'
 REQUESTS = "tenant_model_tier:gateway_requests:rate"
 TOKENS = "tenant_model_tier_type:gateway_tokens:rate"
 CANCELLED = "tenant_model_tier:gateway_requests_cancelled:ratio"
-TTFT_P95 = "tenant_model_tier:gateway_time_to_first_token_seconds:p95"
+ERROR_RATIO = "tenant_model_tier:gateway_requests_errors:ratio"
+MT_BY = by(("model", "tier"))
 SLO_REQUESTS = "tier_slo_window:gateway_requests:rate"
 SLO_ERRORS = "tier_slo_window:gateway_requests_errors:ratio"
 SLO_TTFT = "tier_slo_window:gateway_time_to_first_token_seconds:ratio_over_slo"
+SLO_ERROR_RATE = "tier_slo_window:gateway_requests_errors:rate"
+SLO_TTFT_FAST = "tier_slo_window:gateway_time_to_first_token_seconds_within_slo:rate"
+SLO_TTFT_COUNT = "tier_slo_window:gateway_time_to_first_token_seconds_count:rate"
 CANCELLED_OUTCOME = 'outcome="cancelled"'
 WHO = "tenant {{ $labels.tenant }}, model {{ $labels.model }}, tier {{ $labels.tier }}"
 
@@ -35,16 +39,33 @@ def _ratio_or_zero(numerator: str, denominator: str, on: tuple[str, ...]) -> str
     return ratio(or_zero(numerator, denominator, on), denominator, on)
 
 
-def quantile_rules(gateway: Selector, metric: str, window: str) -> list[Recording]:
-    """Bucket rates recorded once, then P50/P95/P99 from them: the bucket series are the bulk of the gateway's
-    series (tenants x models x tiers x ~30 buckets), so rating them once instead of per quantile cuts this
-    group's cost about threefold (benchmarks/rules_eval.py)."""
-    buckets = f"tenant_model_tier_le:{metric}_bucket:rate"
-    rules = [Recording(buckets, f"sum by ({TMT_BY}, le) (rate({gateway(metric + '_bucket')}[{window}]))")]
-    for q in (50, 95, 99):
-        # No observation in the window makes histogram_quantile() NaN: record nothing then.
-        rules.append(Recording(f"tenant_model_tier:{metric}:p{q}", known(f"histogram_quantile(0.{q}, {buckets})")))
-    return rules
+def ttft_p95_over_target(spec: Spec, tier_name: str, keep: str, window: str) -> str:
+    """The TTFT P95 of `tier_name` above its target, per `keep` labels, without computing a quantile: with the
+    target T a bucket edge, histogram_quantile(0.95) > T exactly when fewer than 95 % of the observations
+    are <= T, i.e. rate(bucket{le=T}) / rate(bucket{le="+Inf"}) < 0.95. That reads two of the ~30 bucket
+    series per tenant, model and tier instead of all of them at every evaluation (benchmarks/rules_eval.py:
+    rating every bucket was the costliest rule); the P95 itself is computed for the description only, for
+    the alert's own series."""
+    gateway = spec.selectors.of("gateway")
+    tier = spec.tiers[tier_name]
+    sel = f'tier="{tier_name}"'
+    within = gateway("gateway_time_to_first_token_seconds_bucket", sel, le_matcher(tier.ttft_p95_seconds))
+    every = gateway("gateway_time_to_first_token_seconds_bucket", sel, 'le="+Inf"')
+    fraction = ratio(f"sum by ({keep}) (rate({within}[{window}]))", f"sum by ({keep}) (rate({every}[{window}]))",
+                     tuple(k.strip() for k in keep.split(",")))
+    return f"(\n{indent(fraction)}\n) < 0.95"
+
+
+def ttft_p95_text(spec: Spec, keep: tuple[str, ...], window: str) -> str:
+    """The alert's TTFT P95 in its description: a query (at notification time, for this alert's series only)
+    over the gateway's buckets of the alert's tenant (where judged per tenant), model and tier."""
+    gateway = spec.selectors.of("gateway")
+    labels = ([spec.cluster.label] if spec.cluster.enabled else []) + list(keep)
+    matchers = [f"{label}=%q" for label in labels]
+    bucket = go_string(gateway("gateway_time_to_first_token_seconds_bucket", *matchers))
+    args = " ".join(f"$labels.{label}" for label in labels)
+    return (f'{{{{ with printf "histogram_quantile(0.95, sum by (le) (rate({bucket}[{window}])))" {args} | query }}}}'
+            f"{{{{ . | first | value | humanizeDuration }}}}{{{{ end }}}}")
 
 
 def recording_rules(gateway: Selector, window: str) -> list[Recording]:
@@ -55,7 +76,7 @@ def recording_rules(gateway: Selector, window: str) -> list[Recording]:
                   ratio(f"sum by ({TMT_BY}) (rate({gateway('gateway_output_tokens_sum')}[{window}]))",
                         f"sum by ({TMT_BY}) (rate({gateway('gateway_output_tokens_count')}[{window}]))", TMT)),
         Recording(REQUESTS, f"sum by ({TMT_BY}) (rate({requests}[{window}]))"),
-        Recording("tenant_model_tier:gateway_requests_errors:ratio",
+        Recording(ERROR_RATIO,
                   _ratio_or_zero(f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total', ERRORS)}[{window}]))",
                                  REQUESTS, TMT)),
         Recording(CANCELLED,
@@ -72,20 +93,48 @@ def slo_windows(spec: Spec) -> list[Duration]:
 
 
 def slo_recording_rules(spec: Spec) -> list[Recording]:
+    """Per tier and SLO window: requests/s, the availability SLI's misses (error ratio) and the TTFT SLI's.
+
+    Only the shortest window reads the gateway's series (rates per tier: requests, errors, streamed requests
+    and those faster than the tier's TTFT target); every longer window averages those recorded per-tier rates
+    over itself (`avg_over_time`, as SLO tooling such as Sloth records its long windows), so the 3-day window
+    reads three days of a few recorded series, not three days of every tenant's and model's raw series. The
+    average covers the window plus one short window at its start; ratios are ratios of the averaged rates."""
     gateway = spec.selectors.of("gateway")
-    rules = []
-    for w in slo_windows(spec):
+    windows = slo_windows(spec)
+    base = windows[0]
+    at_base = {"slo_window": str(base)}
+    if base == spec.prometheus.rate_window:
+        # The per tenant, model and tier rates over the same window are recorded already (inferwatch-llm.rules,
+        # read as of its last evaluation): summing those reads 1/3 of the series the counters would.
+        requests = f"sum by (tier) ({REQUESTS})"
+        errors = f"sum by (tier) ({ERROR_RATIO} * on ({TMT_BY}) {REQUESTS})"
+    else:
+        requests = f"sum by (tier) (rate({gateway('gateway_requests_total')}[{base}]))"
+        errors = f"sum by (tier) (rate({gateway('gateway_requests_total', ERRORS)}[{base}]))"
+    rules = [Recording(SLO_REQUESTS, requests, at_base), Recording(SLO_ERROR_RATE, errors, at_base)]
+    for tier_name, tier in spec.tiers.items():
+        sel = f'tier="{tier_name}"'
+        bucket = gateway("gateway_time_to_first_token_seconds_bucket", sel, le_matcher(tier.ttft_slo_seconds))
+        count = gateway("gateway_time_to_first_token_seconds_count", sel)
+        per_tier = {**at_base, "tier": tier_name}
+        rules.append(Recording(SLO_TTFT_FAST, f"sum by (tier) (rate({bucket}[{base}]))", per_tier))
+        rules.append(Recording(SLO_TTFT_COUNT, f"sum by (tier) (rate({count}[{base}]))", per_tier))
+
+    def over(name: str, w: Duration) -> str:
+        selected = f'{name}{{slo_window="{base}"}}'
+        return selected if w == base else f"avg_over_time({selected}[{w}])"
+
+    for w in windows:
         label = {"slo_window": str(w)}
+        if w != base:
+            rules.append(Recording(SLO_REQUESTS, f"sum by (tier) ({over(SLO_REQUESTS, w)})", label))
         total = f'sum by (tier) ({SLO_REQUESTS}{{slo_window="{w}"}})'
-        rules.append(Recording(SLO_REQUESTS, f"sum by (tier) (rate({gateway('gateway_requests_total')}[{w}]))", label))
-        rules.append(Recording(SLO_ERRORS, _ratio_or_zero(
-            f"sum by (tier) (rate({gateway('gateway_requests_total', ERRORS)}[{w}]))", total, ("tier",)), label))
-        for tier_name, tier in spec.tiers.items():
-            sel = f'tier="{tier_name}"'
-            bucket = gateway("gateway_time_to_first_token_seconds_bucket", sel, le_matcher(tier.ttft_slo_seconds))
-            count = gateway("gateway_time_to_first_token_seconds_count", sel)
-            fast = ratio(f"sum by (tier) (rate({bucket}[{w}]))", f"sum by (tier) (rate({count}[{w}]))", ("tier",))
-            rules.append(Recording(SLO_TTFT, f"1 - (\n{indent(fast)}\n)", {**label, "tier": tier_name}))
+        rules.append(Recording(SLO_ERRORS, _ratio_or_zero(f"sum by (tier) ({over(SLO_ERROR_RATE, w)})", total,
+                                                          ("tier",)), label))
+        fast = ratio(f"sum by (tier) ({over(SLO_TTFT_FAST, w)})", f"sum by (tier) ({over(SLO_TTFT_COUNT, w)})",
+                     ("tier",))
+        rules.append(Recording(SLO_TTFT, f"1 - (\n{indent(fast)}\n)", label))
     return rules
 
 
@@ -126,17 +175,23 @@ def groups(spec: Spec) -> list[Group]:
     gateway = spec.selectors.of("gateway")
     window = str(spec.prometheus.rate_window)
     guard = f"and on ({TMT_BY})\n{REQUESTS} > {num(l3.min_request_rate)}"
-    alerts = []
+    ttft_alerts = []
     for tier_name, tier in spec.tiers.items():
-        alerts.append(Alert(
-            "LlmTtftP95High", f'{TTFT_P95}{{tier="{tier_name}"}} > {num(tier.ttft_p95_seconds)}\n{guard}',
-            l3.for_, "warning",
-            f"Time to first token P95 for {WHO} is {{{{ $value | humanizeDuration }}}} over {window} "
+        if tier.per_tenant_quantiles:
+            keep, who = TMT, WHO
+            judged = f"{ttft_p95_over_target(spec, tier_name, TMT_BY, window)}\n{guard}"
+        else:
+            keep, who = ("model", "tier"), "model {{ $labels.model }}, tier {{ $labels.tier }} (every tenant)"
+            judged = (f"{ttft_p95_over_target(spec, tier_name, MT_BY, window)}\nand on ({MT_BY})\n"
+                      f"sum by ({MT_BY}) ({REQUESTS}) > {num(l3.min_request_rate)}")
+        ttft_alerts.append(Alert(
+            "LlmTtftP95High", judged, l3.for_, "warning",
+            f"Time to first token P95 for {who} is {ttft_p95_text(spec, keep, window)} over {window} "
             f"(target {num(tier.ttft_p95_seconds)} s).", labels={"tier": tier_name}))
     base = f'{TOKENS}{{type="output"}}'
     offset = str(l3.throughput_baseline_offset)
     baseline = f"sum by (model, tier) ({base} offset {offset})"
-    alerts += [
+    alerts = [
         # A model and tier whose series vanished (gateway restarted, no request since) produces 0 tokens/s,
         # the worst collapse: without `or 0 * baseline` the comparison would return nothing and never fire.
         Alert("LlmOutputThroughputCollapse",
@@ -151,12 +206,14 @@ def groups(spec: Spec) -> list[Group]:
               f"Clients cancel {{{{ $value | humanizePercentage }}}} of the requests of {WHO} over {window} "
               f"(threshold {l3.cancellation_ratio:.0%}): they give up waiting."),
         exporter_down("GatewayExporterDown", gateway, for_=l3.exporter_down_for, severity="warning",
-                      what="the gateway exporter", has_targets=bool(spec.targets.gateways)),
+                      what="the gateway exporter", has_targets=bool(spec.targets.gateways), cluster=spec.cluster),
     ]
-    # Separate groups evaluate concurrently: the two histogram groups are the heavy ones.
-    return [Group("inferwatch-llm-ttft.rules", quantile_rules(gateway, "gateway_time_to_first_token_seconds", window)),
-            Group("inferwatch-llm-itl.rules", quantile_rules(gateway, "gateway_inter_token_latency_seconds", window)),
-            Group("inferwatch-llm.rules", recording_rules(gateway, window)),
+    # Separate groups evaluate concurrently, so no group waits on another's heavy query. No quantile is recorded: LlmTtftP95High judges its target from two buckets (ttft_p95_over_target), no
+    # alert or runbook reads another quantile, and the dashboards draw TTFT and inter-token latency from the
+    # histograms over their own range. Rating every bucket of every tenant, model and tier at each evaluation
+    # was the costliest part of the rules (benchmarks/rules_eval.py).
+    return [Group("inferwatch-llm.rules", recording_rules(gateway, window)),
             Group("inferwatch-llm-slo.rules", slo_recording_rules(spec)),
+            Group("inferwatch-llm-ttft.alerts", ttft_alerts),
             Group("inferwatch-llm.alerts", alerts),
             Group("inferwatch-llm-slo.alerts", burn_rate_alerts(spec))]

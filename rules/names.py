@@ -58,16 +58,6 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
         ("model",), "error|timeout outcomes / all requests at the gateway (client 4xx except 429 excluded)"),
     "model:gateway_requests_cancelled:ratio": (("model",), "cancelled / all requests at the gateway"),
     # L3 (gateway; labels tenant, model, tier) ------------------------------------------------------------
-    "tenant_model_tier_le:gateway_time_to_first_token_seconds_bucket:rate": (
-        ("tenant", "model", "tier", "le"), "TTFT bucket rates (for histogram_quantile at other quantiles)"),
-    "tenant_model_tier_le:gateway_inter_token_latency_seconds_bucket:rate": (
-        ("tenant", "model", "tier", "le"), "ITL bucket rates"),
-    "tenant_model_tier:gateway_time_to_first_token_seconds:p50": (("tenant", "model", "tier"), "TTFT P50, s"),
-    "tenant_model_tier:gateway_time_to_first_token_seconds:p95": (("tenant", "model", "tier"), "TTFT P95, s"),
-    "tenant_model_tier:gateway_time_to_first_token_seconds:p99": (("tenant", "model", "tier"), "TTFT P99, s"),
-    "tenant_model_tier:gateway_inter_token_latency_seconds:p50": (("tenant", "model", "tier"), "ITL P50, s"),
-    "tenant_model_tier:gateway_inter_token_latency_seconds:p95": (("tenant", "model", "tier"), "ITL P95, s"),
-    "tenant_model_tier:gateway_inter_token_latency_seconds:p99": (("tenant", "model", "tier"), "ITL P99, s"),
     "tenant_model_tier_type:gateway_tokens:rate": (
         ("tenant", "model", "tier", "type"), "tokens/s metered, type=input|output (output = output tokens/s)"),
     "tenant_model_tier:gateway_output_tokens:avg": (
@@ -79,6 +69,12 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
         ("tenant", "model", "tier"), "cancelled / all requests"),
     # SLO windows (label slo_window = each long and short window of layers.L3.burn_rate_windows) ---------------
     "tier_slo_window:gateway_requests:rate": (("tier", "slo_window"), "requests/s over slo_window"),
+    "tier_slo_window:gateway_requests_errors:rate": (
+        ("tier", "slo_window"), "error|timeout requests/s over the shortest SLO window (longer ones average it)"),
+    "tier_slo_window:gateway_time_to_first_token_seconds_within_slo:rate": (
+        ("tier", "slo_window"), "streamed requests/s whose TTFT met the tier's ttft_slo_seconds, shortest SLO window"),
+    "tier_slo_window:gateway_time_to_first_token_seconds_count:rate": (
+        ("tier", "slo_window"), "streamed requests/s (TTFT observations), shortest SLO window"),
     "tier_slo_window:gateway_requests_errors:ratio": (
         ("tier", "slo_window"), "availability SLI misses: error|timeout / all requests over slo_window"),
     "tier_slo_window:gateway_time_to_first_token_seconds:ratio_over_slo": (
@@ -164,8 +160,9 @@ ALERTS: dict[str, AlertInfo] = {
         extra=("signal",)),
     "TritonCollectorDown": _info("L2", _W, "The inferwatch Triton collector cannot be scraped.", SCRAPE, ("job",)),
     # L3 ---------------------------------------------------------------------------------------------------
+    # per tenant for tiers with per_tenant_quantiles, else per model and tier (no tenant label)
     "LlmTtftP95High": _info("L3", _W, "Time to first token P95 is above the tier's target.", TENANT_MODEL_TIER,
-                            extra=("tier",)),
+                            ("model", "tier"), extra=("tier",)),
     "LlmAvailabilityBurnRate": _info(
         "L3", ("critical", "warning"), "The availability error budget is burning too fast.", (),
         extra=("window", "slo", "tier")),

@@ -74,6 +74,6 @@ def groups(spec: Spec) -> list[Group]:
               f"notifications are lost; its log names the reason.",
               labels=dict(LABELS)),
         exporter_down("NotifierDown", notifier, for_=n.down_for, severity="critical", what="the notifier",
-                      has_targets=True, labels=LABELS),
+                      has_targets=True, labels=LABELS, cluster=spec.cluster),
     ]
     return [Group("inferwatch-notifier.alerts", alerts)]

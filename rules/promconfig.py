@@ -85,8 +85,8 @@ def prometheus_config(spec: Spec) -> dict:
     p = spec.prometheus
     config: dict = {"global": {"scrape_interval": str(p.scrape_interval),
                                "evaluation_interval": str(p.evaluation_interval)}}
-    if p.external_labels:
-        config["global"]["external_labels"] = dict(p.external_labels)
+    if spec.external_labels:  # the cluster's name among them (spec `cluster`)
+        config["global"]["external_labels"] = spec.external_labels
     config["rule_files"] = list(p.rule_files)
     am = urlparse(spec.targets.alertmanager)
     alertmanager: dict = {"static_configs": [{"targets": [am.netloc]}]}

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from inferwatch.rules.builders import (MODEL_VERSION, by, exporter_down, num, over_threshold_by_model, ratio,
-                                       with_min_rate)
-from inferwatch.rules.llm import ERRORS as GATEWAY_ERROR_OUTCOMES
+from inferwatch.rules.builders import (MODEL_VERSION, absent_targets, by, exporter_down, num,
+                                       over_threshold_by_model, ratio, with_min_rate)
+from inferwatch.rules.llm import CANCELLED as LLM_CANCELLED
+from inferwatch.rules.llm import ERROR_RATIO as LLM_ERROR_RATIO
+from inferwatch.rules.llm import REQUESTS as LLM_REQUESTS
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector, go_string
 from inferwatch.spec import Spec
@@ -80,11 +82,13 @@ class Sources:
         return f"sum by ({keep}) (rate({self.triton(metric)}[{window}]))"
 
 
-def _gateway_ratio(src: Sources, outcomes: str, window: str) -> str:
-    # Without any series of those outcomes the numerator is empty: `or 0 * requests` makes the ratio 0; the
-    # `> 0` guard records nothing (not NaN) for a model without requests in the window.
-    return (f"(\n  sum by (model) (rate({src.gateway('gateway_requests_total', outcomes)}[{window}]))\n"
-            f"  or\n  0 * {GATEWAY_REQUESTS}\n)\n/\n({GATEWAY_REQUESTS} > 0)")
+def _gateway_ratio(per_tenant_ratio: str) -> str:
+    """A model's ratio at the gateway from the recorded per tenant, model and tier ratio and request rate
+    (inferwatch-llm.rules, same window; read as of its last evaluation, so the gateway's counters are rated
+    once): sum of ratio x requests over the model's requests. A tenant without requests in the window has no
+    ratio and adds nothing; the `> 0` guard records nothing (not NaN) for a model without requests."""
+    return (f"sum by (model) ({per_tenant_ratio} * on (tenant, model, tier) {LLM_REQUESTS})\n"
+            f"/\n({GATEWAY_REQUESTS} > 0)")
 
 
 def ensemble_rules(src: Sources, window: str) -> list[Recording]:
@@ -93,9 +97,9 @@ def ensemble_rules(src: Sources, window: str) -> list[Recording]:
     decoupled = src.collector("inferwatch_triton_model_decoupled")
     return [
         Recording(ENTRY_REQUESTS, f"sum by ({entry_mv}) ({REQUESTS})\nunless on (triton, model)\n{src.steps}"),
-        Recording(GATEWAY_REQUESTS, f"sum by (model) (rate({src.gateway('gateway_requests_total')}[{window}]))"),
-        Recording(GATEWAY_ERRORS, _gateway_ratio(src, GATEWAY_ERROR_OUTCOMES, window)),
-        Recording(GATEWAY_CANCELLED, _gateway_ratio(src, 'outcome="cancelled"', window)),
+        Recording(GATEWAY_REQUESTS, f"sum by (model) ({LLM_REQUESTS})"),
+        Recording(GATEWAY_ERRORS, _gateway_ratio(LLM_ERROR_RATIO)),
+        Recording(GATEWAY_CANCELLED, _gateway_ratio(LLM_CANCELLED)),
         # Decoupled entry points the gateway meters: errors as clients saw them (mid-stream errors included).
         Recording(ENTRY_ERROR_RATIO,
                   f"(\n  max by ({entry_mv}) ({decoupled} == 1) * 0\n"
@@ -161,21 +165,33 @@ def _template_query(selector: Selector, metric: str, *matchers: str) -> str:
     return go_string(selector(metric, *matchers))
 
 
+def _in_cluster(spec: Spec) -> tuple[str, str]:
+    """(matcher, printf argument) scoping an annotation's query to the alert's cluster: `cluster=%q` with
+    `$labels.cluster`, which is the empty string (series without the label) in a Prometheus of one cluster;
+    ("", "") without several clusters."""
+    if not spec.cluster.enabled:
+        return "", ""
+    return f"{spec.cluster.label}=%q", f" $labels.{spec.cluster.label}"
+
+
 def groups(spec: Spec) -> list[Group]:
     l2 = spec.layers.L2
     src = Sources.of(spec)
     window = str(spec.prometheus.rate_window)
     up = src.triton("up")
-    state = _template_query(src.collector, "inferwatch_triton_model_state", "triton=%q", "model=%q", "version=%q")
-    step = _template_query(src.collector, "inferwatch_triton_model_step_info", "triton=%q", "model=%q")
-    reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{triton=%q,model=%q,version=%q}} > 0)" '
+    cluster, cluster_arg = _in_cluster(spec)
+    state = _template_query(src.collector, "inferwatch_triton_model_state", cluster, "triton=%q", "model=%q",
+                            "version=%q")
+    step = _template_query(src.collector, "inferwatch_triton_model_step_info", cluster, "triton=%q", "model=%q")
+    failure = ",".join(m for m in (cluster, "triton=%q", "model=%q", "version=%q") if m)
+    reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{{failure}}} > 0)"{cluster_arg} '
                f'$labels.triton $labels.model $labels.version | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
                f'{{{{ $s.Labels.reason }}}} {{{{ $s.Value | printf "%.3g" }}}}/s{{{{ end }}}}')
     alerts = [
         Alert("TritonServerDown",
               f"{up} == 0\nor\n{src.collector('inferwatch_triton_up')} == 0\n"
               f"or\n{src.collector('inferwatch_triton_server_live')} == 0"
-              + (f"\nor\nabsent({up})" if spec.targets.triton else ""),
+              + (f"\nor\n{absent_targets(src.triton, spec.cluster)}" if spec.targets.triton else ""),
               l2.exporter_down_for, "critical",
               "Triton {{ with $labels.triton }}{{ . }}{{ else }}(every target of "
               + src.triton.describe().replace("{{", "{{ \"{{\" }}") + "){{ end }}"
@@ -186,10 +202,10 @@ def groups(spec: Spec) -> list[Group]:
               "a model failed to load or is loading); load balancers stop sending it traffic."),
         Alert("TritonModelNotReady", f"{src.collector('inferwatch_triton_model_ready')} == 0", l2.for_, "critical",
               f"Model {MODEL} is not READY"
-              f'{{{{ with printf "{state} == 1" '
+              f'{{{{ with printf "{state} == 1"{cluster_arg} '
               f"$labels.triton $labels.model $labels.version | query }}}}"
               f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}"
-              f'{{{{ with printf "{step}" '
+              f'{{{{ with printf "{step}"{cluster_arg} '
               f"$labels.triton $labels.model | query }}}}{{{{ range . }}}}, a step of {{{{ .Labels.kind }}}} "
               f"{{{{ .Labels.parent }}}}{{{{ end }}}}{{{{ end }}}}: its requests fail."),
         Alert("TritonModelErrorRatioHigh",
@@ -250,6 +266,6 @@ def groups(spec: Spec) -> list[Group]:
               f"{l2.canary_regression_ratio:.0%} slower than the version serving most traffic: roll it back.",
               labels={"signal": "latency"}),
         exporter_down("TritonCollectorDown", src.collector, for_=l2.exporter_down_for, severity="warning",
-                      what="the inferwatch Triton collector", has_targets=bool(spec.targets.triton_collectors)),
+                      what="the inferwatch Triton collector", has_targets=bool(spec.targets.triton_collectors), cluster=spec.cluster),
     ]
     return [Group("inferwatch-triton.rules", recording_rules(src, window)), Group("inferwatch-triton.alerts", alerts)]

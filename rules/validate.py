@@ -1,5 +1,6 @@
 """Spec checks the rules need beyond what loading the spec checks: every window long enough for the scrape
-interval, the scrape interval not shorter than Triton's metrics interval, TTFT SLO thresholds on bucket edges.
+interval, the scrape interval not shorter than Triton's metrics interval, TTFT SLO thresholds and P95
+targets on bucket edges.
 
 Each failure is a SpecError naming the field, so `inferwatch generate` exits 2 with one clear line.
 """
@@ -66,3 +67,8 @@ def validate(spec: Spec) -> None:
                             f"got {tier.ttft_slo_seconds:g}")
         if tier.ttft_p95_seconds <= 0:
             raise SpecError(f"tiers.{name}.ttft_p95_seconds", f"expected a positive number, got {tier.ttft_p95_seconds}")
+        # LlmTtftP95High judges the P95 against the target from the bucket at the target (rules/llm.py).
+        if not any(abs(tier.ttft_p95_seconds - e) < 1e-9 for e in edges):
+            raise SpecError(f"tiers.{name}.ttft_p95_seconds",
+                            f"expected a TTFT histogram bucket edge ({', '.join(f'{e:g}' for e in edges)}), "
+                            f"got {tier.ttft_p95_seconds:g}")

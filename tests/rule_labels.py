@@ -67,10 +67,12 @@ def _scrape_labels(prometheus_yml: dict) -> dict[str, Branch]:
     return out
 
 
-def alert_rules(spec) -> list[AlertRule]:
-    """Every alerting rule of the spec's generated rule files with its label branches."""
+def alert_rules(spec, series_labels: tuple[str, ...] = ()) -> list[AlertRule]:
+    """Every alerting rule of the spec's generated rule files with its label branches; `series_labels` are
+    carried by every scraped series too (a central store's `cluster`)."""
     files = outputs(spec)
-    scrape = _scrape_labels(yaml.safe_load(files[PROMETHEUS_CONFIG]))
+    scrape = {job: branch.add(series_labels)
+              for job, branch in _scrape_labels(yaml.safe_load(files[PROMETHEUS_CONFIG])).items()}
     rules = [r for rel, text in files.items() if rel.startswith(RULES_DIR)
              for g in yaml.safe_load(text)["groups"] for r in g["rules"]]
     recorded: dict[str, list] = {}
@@ -82,7 +84,8 @@ def alert_rules(spec) -> list[AlertRule]:
         job = equal.get("job") if name == "up" else next((j for p, j in JOB_OF_PREFIX if name.startswith(p)), None)
         if job is None:
             raise AssertionError(f"no source known for metric {name}")
-        base = scrape.get(job, Branch(frozenset({"job", "instance"}), frozenset({"job", "instance"})))
+        base = scrape.get(job, Branch(frozenset({"job", "instance", *series_labels}),
+                                      frozenset({"job", "instance", *series_labels})))
         if name == "up":
             return [base]
         sure, maybe = next((s, m) for p, s, m in EXPORTER_LABELS if name.startswith(p))

@@ -59,3 +59,35 @@ def test_routes_alerts_can_match_pass(tmp_path, capsys, route):
 @pytest.mark.parametrize("spec", ["inferwatch.yaml", "examples/demo/inferwatch.demo.yaml"])
 def test_the_shipped_specs_pass(capsys, spec):
     assert main(["check", "--spec", str(REPO_ROOT / spec)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("route, extra", [
+    # the cluster label, named by `cluster` (any cluster's value: a central store carries every cluster's)
+    ({"match": {"cluster": "prod-b", "layer": "L1"}}, {"cluster": {"name": "prod-a"}}),
+    ({"match_re": {"cluster": "prod-.*"}}, {"cluster": {"name": "prod-a"}}),
+    ({"match": {"region": "eu", "cluster": "prod-a"}},
+     {"cluster": {"name": "prod-a"}, "prometheus": {"external_labels": {"region": "eu"}}}),
+    # a selector's `=` labels, carried by the series and the exporter-down alerts' absent() forms
+    ({"match": {"service": "triton-metrics", "layer": "L2"}},
+     {"selectors": {"triton": 'namespace="triton", service="triton-metrics"'}}),
+    ({"match": {"namespace": "monitoring", "alertname": "GatewayExporterDown"}},
+     {"selectors": {"gateway": 'namespace="monitoring", service="inferwatch-gateway"'}}),
+])
+def test_cluster_and_selector_labels_are_accepted_in_routes(tmp_path, capsys, route, extra):
+    code, text = check(tmp_path, capsys, [{"receivers": ["phone"], **route}], **extra)
+    assert code == 0, text
+
+
+@pytest.mark.parametrize("route, extra, field, words", [
+    ({"match": {"cluster": "prod-a"}}, {}, "routes[0].match.cluster", "no alert carries a label 'cluster'"),
+    ({"match": {"service": "triton-metrics"}}, {}, "routes[0].match.service", "no alert carries a label 'service'"),
+    ({"match": {"clustr": "prod-a"}}, {"cluster": {"name": "prod-a"}}, "routes[0].match.clustr",
+     "did you mean 'cluster'?"),
+    # a selector label rides on alerts about series, never on the burn-rate alerts (per tier, no job)
+    ({"match": {"service": "triton-metrics", "alertname": "LlmTtftBurnRate"}},
+     {"selectors": {"triton": 'namespace="triton", service="triton-metrics"'}}, "routes[0].match", "can never match"),
+])
+def test_cluster_and_selector_labels_only_where_the_spec_gives_them(tmp_path, capsys, route, extra, field, words):
+    code, text = check(tmp_path, capsys, [{"receivers": ["phone"], **route}], **extra)
+    assert code == 2, text
+    assert f"{field}: " in text and words in text, text

@@ -1,9 +1,11 @@
 """Every dashboard query against a real Prometheus fed by the real parts: Triton (example models, real
 traffic), the gateway exporter in front of it (streamed toy_llm traffic with tenant/service headers), the
 Triton collector, the GPU exporter on its simulated NVML with its GPU held by a pod (a kubelet answering the
-PodResources API on a unix socket), and the generated recording rules. Twice: with the default selectors, and
+PodResources API on a unix socket), and the generated recording rules. Three times: with the default selectors,
 with selectors as the Prometheus Operator writes them (the generated scrape configuration then names the jobs
-and writes the labels those selectors ask for; rules and dashboards are generated from the same spec).
+and writes the labels those selectors ask for; rules and dashboards are generated from the same spec), and with
+a cluster named in the spec, every series carrying its `cluster` label as they do in a central store (the
+dashboards then have a cluster variable and every query selects it).
 
 - every panel query and variable query parses (Prometheus answers `success`, not `bad_data`);
 - the main panel of each dashboard returns finite data, and the variables that select nodes, models, tenants
@@ -63,9 +65,17 @@ def _exporter(tmp: Path, name: str, args: list[str], metrics_port: int) -> Manag
 POD = ("inference", "llm-0", "triton")  # holds the simulated GPU 0
 
 
-@pytest.fixture(scope="module", params=["default", "operator"])
-def selectors(request) -> dict | None:
-    return OPERATOR if request.param == "operator" else None
+CLUSTER = "a"
+
+
+@pytest.fixture(scope="module", params=["default", "operator", "cluster"])
+def variant(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def selectors(variant) -> dict | None:
+    return OPERATOR if variant == "operator" else None
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +87,15 @@ def kubelet():
 
 
 @pytest.fixture(scope="module")
-def spec_data(selectors, tmp_path_factory):
-    """The repository's spec with `selectors`, and rule files generated from it."""
+def spec_data(selectors, variant, tmp_path_factory):
+    """The repository's spec with `selectors` (and a cluster name in the cluster variant), and rule files
+    generated from it."""
     tmp = tmp_path_factory.mktemp("spec")
     raw = yaml.safe_load((ROOT / "inferwatch.yaml").read_text())
     if selectors:
         raw["selectors"] = dict(selectors)
+    if variant == "cluster":
+        raw["cluster"] = {"name": CLUSTER}
     rules = tmp / "rules"
     rules.mkdir()
     for rel, text in outputs(spec_from_dict(raw)).items():
@@ -110,6 +123,10 @@ def stack(triton, kubelet, spec_data, tmp_path_factory):
     spec = spec_from_dict(raw, str(spec_path))
     config = prometheus_config(spec)
     config["scrape_configs"] = [job for source, job in scrape_jobs(spec) if source != "notifier"]
+    if spec.cluster.enabled:  # series as a central store holds them: each carries its cluster
+        for job in config["scrape_configs"]:
+            for static in job["static_configs"]:
+                static["labels"] = {**static.get("labels", {}), spec.cluster.label: spec.cluster.name}
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
     procs = []
     loops = []
@@ -209,6 +226,7 @@ def test_targets_are_scraped_under_the_selectors(stack, spec_data):
     spec = spec_from_dict(spec_data)
     up = _query(stack, "up")["data"]["result"]
     assert len(up) == 4  # Triton, collector, GPU exporter, gateway
+    assert {s["metric"].get("cluster") for s in up} == ({CLUSTER} if spec.cluster.enabled else {None})
     for source in ("gpu", "triton", "triton_collector", "gateway"):
         picked = [s["metric"] for s in up if spec.selectors.of(source).matches(s["metric"])]
         assert len(picked) == 1, (source, up)
@@ -217,3 +235,22 @@ def test_targets_are_scraped_under_the_selectors(stack, spec_data):
         query = next(v["query"] for v in gpu["templating"]["list"] if v["name"] == name)
         expr, label = variable_expr(query)
         assert {s["metric"].get(label) for s in _query(stack, expr)["data"]["result"]} == {value}
+
+
+def test_with_a_cluster_every_query_selects_it(spec_data, boards):
+    """In the cluster variant every panel and variable query selects `cluster=~"$cluster"` on each of its
+    vector selectors and the cluster variable comes right after the data source; without it none does."""
+    spec = spec_from_dict(spec_data)
+    for key, data in boards.items():
+        variables = data["templating"]["list"]
+        exprs = [t["expr"] for p in data["panels"] for t in p.get("targets", [])]
+        exprs += [LABEL_VALUES.match(v["query"]).group(1) for v in variables
+                  if v["type"] == "query" and v["name"] != "cluster"]
+        names = [v["name"] for v in variables]
+        if not spec.cluster.enabled:
+            assert "cluster" not in names and not any("cluster" in e for e in exprs), key
+            continue
+        assert names[:2] == ["datasource", "cluster"], (key, names)
+        for expr in exprs:
+            selectors = re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*\{[^{}]*\}", expr)
+            assert selectors and all('{cluster=~"$cluster"' in s for s in selectors), (key, expr)

@@ -176,14 +176,27 @@ def test_real_alertmanager_inhibits_only_within_scope(alertmanager_factory, tmp_
         assert _states(am)[_key(TABLE[0][0][1])] == "active"
 
 
-def test_real_alertmanager_keeps_inhibition_inside_a_cluster(alertmanager_factory, tmp_path):
-    spec = _spec({"cluster": "prod-a"})
+@pytest.mark.parametrize("naming", ["external_labels", "cluster.name"])
+def test_real_alertmanager_keeps_inhibition_inside_a_cluster(alertmanager_factory, tmp_path, naming):
+    """The cluster is named either way in the spec; a root cause in cluster a (a down Triton, a lost GPU)
+    silences its symptoms in cluster a only, never the same node's or server's alerts in cluster b."""
+    if naming == "cluster.name":
+        spec = spec_from_dict({**yaml.safe_load(SPEC.read_text()), "cluster": {"name": "a"}})
+    else:
+        spec = _spec({"cluster": "prod-a"})
     config = tmp_path / "alertmanager.yml"
     config.write_text(outputs(spec)[PATH])
     am = alertmanager_factory(config)
     down = alert("TritonServerDown", "L2", "critical", cluster="a", node="n1", triton="t1")
     same = alert("TritonQueueTimeP95High", "L2", "warning", cluster="a", node="n1", triton="t1", model="m")
     other = alert("TritonQueueTimeP95High", "L2", "warning", cluster="b", node="n1", triton="t1", model="m")
-    am.post_alerts([down, same, other])
-    wait_for(lambda: _states(am).get(_key(same)) == "suppressed" and _states(am).get(_key(other)) == "active",
+    lost = alert("GpuLost", "L1", "critical", cluster="a", node="n2", gpu="0", UUID="GPU-1")
+    same_node = alert("TritonModelNotReady", "L2", "critical", cluster="a", node="n2", triton="t2", model="m",
+                      version="1")
+    other_node = alert("TritonModelNotReady", "L2", "critical", cluster="b", node="n2", triton="t2", model="m",
+                       version="1")
+    am.post_alerts([down, same, other, lost, same_node, other_node])
+    expected = {_key(same): "suppressed", _key(other): "active", _key(same_node): "suppressed",
+                _key(other_node): "active", _key(down): "active", _key(lost): "active"}
+    wait_for(lambda: all(_states(am).get(k) == v for k, v in expected.items()),
              timeout=30, what="inhibition inside cluster a only")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from inferwatch.selectors import parse
 from inferwatch.spec import load_spec
 from inferwatch.triage.engine import query_params, resolve_thresholds
 from inferwatch.triage.evidence import PLACEHOLDER, default_runbook_dir, load_runbook
@@ -91,7 +92,7 @@ def _query_error(prometheus, expr: str) -> str | None:
 def test_every_query_parses_and_evaluates_in_prometheus(prometheus, page):
     runbook = load_runbook(page)
     failures = []
-    for labels in (SAMPLE_LABELS, {}):
+    for labels in (SAMPLE_LABELS, {}, {**SAMPLE_LABELS, "cluster": "prod-a"}):
         thresholds = resolve_thresholds(runbook, SPEC, labels, time.time())
         params = query_params(thresholds)
         # With every label given, every spec value resolves; without labels only label-free paths do.
@@ -100,8 +101,9 @@ def test_every_query_parses_and_evaluates_in_prometheus(prometheus, page):
         for query in runbook.queries.values():
             if query.params - params.keys():
                 continue  # triage does not run it either (the value is reported as not run)
-            expr = scoped(query.expr, labels, params)
+            expr = scoped(query.expr, labels, params, cluster_label="cluster")
             assert not PLACEHOLDER.search(expr) and not QUERY_PARAM.search(expr), expr
+            assert ('cluster=~"(prod-a)?"' in expr) == ("cluster" in labels), expr
             error = _query_error(prometheus, expr)
             if error:
                 failures.append(f"{query.name} ({'scoped' if labels else 'unscoped'}): {error}\n  {expr}")
@@ -119,6 +121,19 @@ def test_scoped_values_match_literally(prometheus):
     assert prometheus.query(scoped(expr, {"model": "llm.capacity"})) == []
     assert prometheus.query(scoped(expr, {"model": "llm-.*"})) == []
     assert int(prometheus.query(scoped(expr, {}))[0]["value"][1]) >= 3  # absent label: every model
+
+
+def test_an_alert_of_a_named_cluster_reads_only_that_cluster(prometheus):
+    """Series of one cluster's Prometheus carry no cluster label: an alert naming the cluster (its external
+    label) still reads them; series of a central store (labelled) are read for the alert's cluster only."""
+    expr = 'count(nv_inference_count{model=~"{{ $labels.model }}"})'
+    labels = {"model": "llm-capacity", "cluster": "prod-a"}
+    assert scoped(expr, labels, cluster_label="cluster") == \
+        'count(nv_inference_count{cluster=~"(prod-a)?", model=~"llm-capacity"})'
+    assert prometheus.query(scoped(expr, labels, cluster_label="cluster"))[0]["value"][1] == "1"
+    matcher = parse('cluster=~"(prod-a)?", job="x"').matchers[0]  # what the scoped query holds
+    assert matcher.matches({}) and matcher.matches({"cluster": "prod-a"})
+    assert not matcher.matches({"cluster": "prod-b"}) and not matcher.matches({"cluster": "prod-a2"})
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)

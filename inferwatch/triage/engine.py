@@ -216,7 +216,8 @@ def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None,
         if unresolved:
             return Evidence(QueryResult(query.name, query.expr), query.unit, query.help,
                             skipped=f"${unresolved[0]} unknown: {reasons.get(unresolved[0])}")
-        return Evidence(source.query(query.name, scoped(query.expr, labels, params)), query.unit, query.help)
+        expr = scoped(query.expr, labels, params, cluster_label=spec.cluster.label)
+        return Evidence(source.query(query.name, expr), query.unit, query.help)
 
     queries = list(runbook.queries.values())
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(queries)))) as pool:

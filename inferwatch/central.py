@@ -1,0 +1,87 @@
+"""A central store for several clusters (spec `central_store`, README "Several clusters"): each cluster's edge
+scrapes the cluster's targets and remote-writes the samples, labelled with the cluster's name, to
+VictoriaMetrics; vmalert evaluates the generated rule files there, writes the recorded series (and `ALERTS`)
+back, and notifies Alertmanager. Grafana reads VictoriaMetrics as a Prometheus data source.
+
+    edge (per cluster)                      central
+    vmagent -promscrape.config=edge-scrape.yml ─┐
+      or                                        ├─ remote write ─> victoria-metrics <── vmalert -rule=rules/*.yml
+    prometheus --enable-feature=agent ──────────┘                                          │
+      --config.file=edge-prometheus.yml                                               Alertmanager
+
+The edge writes `<cluster.label>=<cluster.name>` on every sample (vmagent `-remoteWrite.label`, Prometheus
+`external_labels`), so the store's series carry it and the rules, which keep it through every aggregation
+(`inferwatch.rules.cluster`), alert per cluster. The scrape jobs are the ones deploy/prometheus/prometheus.yml
+holds (`inferwatch.rules.promconfig.scrape_jobs`). Generated only when `central_store.url` is set:
+deploy/central/edge-scrape.yml (vmagent) or edge-prometheus.yml (Prometheus in agent mode) and
+commands.yaml, the command line of each process; `edge_command`/`vmalert_command` give the same argument
+lists to the compose and Kubernetes outputs and to the test launchers (inferwatch/testing/victoriametrics.py).
+"""
+
+from __future__ import annotations
+
+from inferwatch.rules.generate import HEADER, dump
+from inferwatch.rules.promconfig import scrape_jobs
+from inferwatch.spec import Spec
+
+OUT_DIR = "deploy/central"
+EDGE_SCRAPE = f"{OUT_DIR}/edge-scrape.yml"
+EDGE_PROMETHEUS = f"{OUT_DIR}/edge-prometheus.yml"
+COMMANDS = f"{OUT_DIR}/commands.yaml"
+
+
+def edge_scrape_config(spec: Spec) -> dict:
+    """vmagent's -promscrape.config: the cluster's scrape jobs (labels are added by -remoteWrite.label)."""
+    return {"global": {"scrape_interval": str(spec.prometheus.scrape_interval)},
+            "scrape_configs": [job for _source, job in scrape_jobs(spec)]}
+
+
+def edge_prometheus_config(spec: Spec) -> dict:
+    """Prometheus in agent mode (`--enable-feature=agent`): scrape the cluster, write everything to the store
+    with the cluster's external labels. The same file with `rule_files` added is a full Prometheus of the
+    cluster (the rules evaluate there too); the agent itself evaluates nothing."""
+    return {"global": {"scrape_interval": str(spec.prometheus.scrape_interval),
+                       "external_labels": spec.external_labels},
+            "scrape_configs": [job for _source, job in scrape_jobs(spec)],
+            "remote_write": [{"url": spec.central_store.write_url}]}
+
+
+def edge_command(spec: Spec, config_path: str, data_path: str) -> list[str]:
+    """The edge's command line (`central_store.edge`) reading `config_path` (edge-scrape.yml for vmagent,
+    edge-prometheus.yml for Prometheus); `data_path` holds its write-ahead buffer."""
+    if spec.central_store.edge == "prometheus-agent":
+        return ["prometheus", "--enable-feature=agent", f"--config.file={config_path}",
+                f"--storage.agent.path={data_path}"]
+    labels = [f"-remoteWrite.label={k}={v}" for k, v in sorted(spec.external_labels.items())]
+    return ["vmagent", f"-promscrape.config={config_path}", f"-remoteWrite.url={spec.central_store.write_url}",
+            *labels, f"-remoteWrite.tmpDataPath={data_path}"]
+
+
+def vmalert_command(spec: Spec, rule_files: str) -> list[str]:
+    """vmalert over the store: the rule files (a glob), recorded series and `ALERTS` written back (and read
+    on restart to restore the `for` state), alerts to Alertmanager, at the spec's evaluation interval. No
+    external label: each alert's cluster comes from its series; no `alertgroup` label either (vmalert adds
+    the group's name by default; Prometheus' alerts have none, and routing must not depend on which runs)."""
+    url = spec.central_store.url.rstrip("/")
+    return ["vmalert", f"-rule={rule_files}", f"-datasource.url={url}", f"-remoteWrite.url={url}",
+            f"-remoteRead.url={url}", f"-notifier.url={spec.targets.alertmanager.rstrip('/')}",
+            f"-evaluationInterval={spec.prometheus.evaluation_interval}", "-disableAlertgroupLabel"]
+
+
+def outputs(spec: Spec) -> dict[str, str]:
+    """{relative path: text} for `inferwatch generate`; nothing without `central_store.url`."""
+    if not spec.central_store.enabled:
+        return {}
+    edge = spec.central_store.edge
+    config_file = EDGE_PROMETHEUS if edge == "prometheus-agent" else EDGE_SCRAPE
+    config = edge_prometheus_config(spec) if edge == "prometheus-agent" else edge_scrape_config(spec)
+    commands = {
+        "edge": edge_command(spec, config_file, f"/var/lib/{edge}"),
+        "vmalert": vmalert_command(spec, "rules/generated/*.yml"),
+        "victoria-metrics": ["victoria-metrics", "-storageDataPath=/var/lib/victoria-metrics",
+                             "-retentionPeriod=30d"],
+    }
+    head = HEADER.replace("from the spec", f"from the spec (central store, cluster {spec.cluster.name})")
+    return {config_file: head + dump(config),
+            COMMANDS: head + "# The command line of each process, paths relative to the repository root.\n"
+                      + dump(commands)}
