@@ -8,6 +8,9 @@ webhook and does routing by layer and delivery. Shape and semantics: research/al
   GPU; L2/L3 batch a storm per model/tenant so chat channels get few, full messages. Each layer has its
   own receiver name (all pointing at the notifier) so `amtool config routes test` shows the layer route.
 - `send_resolved: true`; the bearer token comes from a file (`credentials_file`), never inline.
+- `max_alerts`: the most alerts whose webhook body always fits the notifier's `max_body_bytes`
+  (webhook_size.py); the rest are counted in `truncatedAlerts`, which the notifier shows, instead of a
+  body the notifier would refuse with 413 (which Alertmanager never retries).
 - Alerts labelled `component="notifier"` (NotifierDown, NotifierDeliveryFailing, NotifierDeadLetters) go to
   a fallback receiver that does not pass through the notifier: Alertmanager's own PagerDuty integration
   with `routing_key_file` (a notifier that cannot deliver must still page someone).
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import yaml
 
+from inferwatch.notifier import webhook_size
 from inferwatch.rules.names import ALERTS
 from inferwatch.spec import LAYERS, Spec
 
@@ -48,13 +52,16 @@ def layer_receiver(layer: str) -> str:
     return f"notifier-{layer.lower()}"
 
 
-def _webhook(spec: Spec) -> dict:
-    return {"url": spec.targets.notifier.rstrip("/") + "/alerts", "send_resolved": True, "max_alerts": 0,
+def _webhook(spec: Spec, max_alerts: int) -> dict:
+    return {"url": spec.targets.notifier.rstrip("/") + "/alerts", "send_resolved": True, "max_alerts": max_alerts,
             "http_config": {"authorization": {"type": "Bearer", "credentials_file": spec.notifier.token_file}}}
 
 
-def config(spec: Spec) -> dict:
-    """The Alertmanager configuration as plain data."""
+def config(spec: Spec, max_alerts: int | None = None) -> dict:
+    """The Alertmanager configuration as plain data. `max_alerts` of every webhook: default the most alerts
+    whose body always fits `notifier.max_body_bytes` (webhook_size.max_alerts)."""
+    if max_alerts is None:
+        max_alerts = webhook_size.max_alerts(spec)
     s = spec.notifier
     routes = [{
         "receiver": FALLBACK_RECEIVER,
@@ -69,8 +76,8 @@ def config(spec: Spec) -> dict:
             route.update(group_by=_with_severity(g.group_by), group_wait=str(g.group_wait),
                          group_interval=str(g.group_interval), repeat_interval=str(g.repeat_interval))
         routes.append(route)
-    receivers = [{"name": DEFAULT_RECEIVER, "webhook_configs": [_webhook(spec)]}]
-    receivers += [{"name": layer_receiver(layer), "webhook_configs": [_webhook(spec)]} for layer in LAYERS]
+    receivers = [{"name": DEFAULT_RECEIVER, "webhook_configs": [_webhook(spec, max_alerts)]}]
+    receivers += [{"name": layer_receiver(layer), "webhook_configs": [_webhook(spec, max_alerts)]} for layer in LAYERS]
     receivers.append({"name": FALLBACK_RECEIVER, "pagerduty_configs": [{
         "routing_key_file": s.fallback_routing_key_file,
         "url": s.fallback_pagerduty_url,

@@ -93,6 +93,7 @@ class _OutboxCollector:
         return [GaugeMetricFamily("inferwatch_notifier_outbox_writable", ""),
                 CounterMetricFamily("inferwatch_notifier_outbox_write_errors", "", labels=["operation"]),
                 GaugeMetricFamily("inferwatch_notifier_outbox_depth", ""),
+                GaugeMetricFamily("inferwatch_notifier_outbox_due", ""),
                 GaugeMetricFamily("inferwatch_notifier_oldest_pending_age_seconds", "")]
 
     def collect(self):
@@ -107,13 +108,17 @@ class _OutboxCollector:
             errors.add_metric([op], self.outbox.write_errors[op])
         yield errors
         depth = GaugeMetricFamily("inferwatch_notifier_outbox_depth", "Deliveries waiting in the outbox.")
+        due = GaugeMetricFamily("inferwatch_notifier_outbox_due", "Deliveries waiting in the outbox that are due "
+                                "now (escalations waiting for their escalate_after not counted): the backlog.")
         age = GaugeMetricFamily("inferwatch_notifier_oldest_pending_age_seconds",
                                 "Age of the oldest due delivery still waiting (0 when none).")
         try:
-            n, oldest = self.outbox.pending_stats()
+            n, n_due, oldest = self.outbox.backlog()
         except Exception:  # a locked or broken outbox must not fail the scrape; the intake reports it
             return
         depth.add_metric([], n)
+        due.add_metric([], n_due)
         age.add_metric([], oldest)
         yield depth
+        yield due
         yield age

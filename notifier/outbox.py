@@ -334,17 +334,23 @@ class Outbox:
              min(message.alert_count(), SQLITE_INT_MAX), max(now, p.not_before), max(now, p.not_before))).lastrowid
 
     def _resolve_escalations(self, db, mid: int, message: WebhookMessage, now: float) -> list[int]:
+        """Cancel the group's pending escalations and queue a resolve to every channel an escalation may have
+        paged: those delivered, and those already due, which the worker may be sending at this very moment
+        (its "delivered" would then find the row cancelled: a page nobody resolves). A resolve for a page that
+        never went out is harmless (PagerDuty ignores a resolve for a dedup key without an open incident)."""
+        open_escalations = ("group_key=? AND kind='escalation' AND ((state='delivered' AND status='firing' "
+                            "AND last_reason!='resolved') OR (state='pending' AND next_attempt_at<=?))")
+        paged = db.execute(f"SELECT DISTINCT channel, route FROM deliveries WHERE {open_escalations}",
+                           (message.group_key, now)).fetchall()
         db.execute("UPDATE deliveries SET state='cancelled', finished_at=?, last_reason='resolved' "
                    "WHERE group_key=? AND kind='escalation' AND state='pending'", (now, message.group_key))
         ids = []
-        open_escalations = ("group_key=? AND kind='escalation' AND state='delivered' AND status='firing' "
-                            "AND last_reason!='resolved'")
-        for row in db.execute(f"SELECT DISTINCT channel, route FROM deliveries WHERE {open_escalations}",
-                              (message.group_key,)).fetchall():
-            # The escalation paged someone: tell the same channel it is over (PagerDuty: resolve).
+        for row in paged:
+            # The escalation paged (or may be paging) someone: tell the same channel it is over.
             ids.append(self._insert(db, mid, Planned(row["channel"], "escalation", row["route"], now), message, now))
         # Marked, not changed: the row stays delivered, but the group may escalate afresh if it fires again.
-        db.execute(f"UPDATE deliveries SET last_reason='resolved' WHERE {open_escalations}", (message.group_key,))
+        db.execute("UPDATE deliveries SET last_reason='resolved' WHERE group_key=? AND kind='escalation' AND "
+                   "state='delivered' AND status='firing' AND last_reason!='resolved'", (message.group_key,))
         return ids
 
     # --------------------------------------------------------------------------------------- worker
@@ -356,6 +362,17 @@ class Outbox:
             "SELECT * FROM deliveries WHERE state='pending' AND channel=? AND next_attempt_at<=? ORDER BY id LIMIT ?",
             (channel, now, limit + len(exclude))).fetchall()
         return [Delivery(**dict(r)) for r in rows if r["id"] not in exclude][:limit]
+
+    def due_of(self, ids: list[int], now: float) -> list[int]:
+        """Those of `ids` that are pending and due by `now` (what the worker sends at once)."""
+        out: list[int] = []
+        db = self._db()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            out += [r["id"] for r in db.execute(
+                f"SELECT id FROM deliveries WHERE id IN ({','.join('?' * len(chunk))}) AND state='pending' "
+                "AND next_attempt_at<=?", (*chunk, now))]
+        return out
 
     def count_due(self, channel: str, now: float, limit: int) -> int:
         """Due rows of `channel`, counted up to `limit` (bounded work under any backlog)."""
@@ -391,6 +408,12 @@ class Outbox:
                     db.executemany("UPDATE deliveries SET state=?, finished_at=?, attempts=attempts+?, "
                                    "last_reason=?, last_error=? WHERE id=? AND state='pending'",
                                    [(o.state, o.at, tried, o.reason, error, i) for i in o.ids])
+                    if o.state == "delivered":
+                        # An escalation a resolve cancelled while it was being sent did reach its channel: the
+                        # record says so (the resolve was queued with the cancellation).
+                        db.executemany("UPDATE deliveries SET state='delivered', finished_at=?, attempts=attempts+1 "
+                                       "WHERE id=? AND state='cancelled' AND kind='escalation' AND "
+                                       "last_reason='resolved'", [(o.at, i) for i in o.ids])
 
         self._write("record", write)
 
@@ -435,11 +458,12 @@ class Outbox:
         out.update({r["state"]: r["n"] for r in rows})
         return out
 
-    def pending_stats(self, now: float | None = None) -> tuple[int, float]:
-        """(pending deliveries, age in seconds of the oldest pending one that is due)."""
+    def backlog(self, now: float | None = None) -> tuple[int, int, float]:
+        """(pending deliveries, those of them due by now, age in seconds of the oldest due one). A deferred
+        escalation is pending but not due: its created_at is when it falls due."""
         now = time.time() if now is None else now
-        # created_at of a deferred escalation is when it falls due, so it does not look old while it waits.
-        r = self._db().execute("SELECT MIN(COALESCE(requeued_at, created_at)) AS oldest FROM deliveries "
-                               "WHERE state='pending' AND COALESCE(requeued_at, created_at) <= ?", (now,)).fetchone()
+        r = self._db().execute("SELECT COUNT(*) AS n, MIN(COALESCE(requeued_at, created_at)) AS oldest FROM "
+                               "deliveries WHERE state='pending' AND COALESCE(requeued_at, created_at) <= ?",
+                               (now,)).fetchone()
         depth = self._db().execute("SELECT COUNT(*) AS n FROM deliveries WHERE state='pending'").fetchone()["n"]
-        return depth, (now - r["oldest"]) if r["oldest"] else 0.0
+        return depth, r["n"], (now - r["oldest"]) if r["oldest"] else 0.0

@@ -74,10 +74,14 @@ class _ServerLog(logging.LoggerAdapter):
 
 
 class NotifierService:
-    def __init__(self, spec: Spec, data_dir: str | Path | None = None, host: str = "127.0.0.1", port: int = 9410):
+    def __init__(self, spec: Spec, data_dir: str | Path | None = None, host: str = "127.0.0.1", port: int = 9410,
+                 shared_port: int | None = None):
         self.spec = spec
         self.host = host
         self.port = port
+        # Also accept on this port, bound with SO_REUSEPORT: notifier replicas on one host share it and the
+        # kernel spreads new connections over the live ones (a killed replica's socket is gone at once).
+        self.shared_port = shared_port
         self.data_dir = Path(data_dir or spec.notifier.data_dir)
         self.outbox = Outbox(self.data_dir / OUTBOX_FILE, dedup_window_s=spec.notifier.dedup_window.seconds)
         self.router = Router(spec)
@@ -182,6 +186,7 @@ class NotifierService:
             return web.json_response({"status": "duplicate", "deliveries": 0})
         self.accepted += 1
         self.metrics.webhooks.labels("accepted").inc()
+        waiting = await self._watch(ids, now)
         for p in planned:
             self.worker.wake(p.channel)
         if unrouted:
@@ -198,9 +203,27 @@ class NotifierService:
                               "sent to the catch-all %s", message.group_key, message.labels,
                               ", ".join(p.channel for p in planned) or "(resolved: nothing to say)")
         body = {"status": "accepted", "deliveries": len(ids)}
+        if waiting is not None:
+            body["delivered"] = await self._delivered(waiting)
         if unrouted:
             body["unrouted"] = True
         return web.json_response(body)
+
+    async def _watch(self, ids: list[int], now: float):
+        """With ha.answer_wait: a future for the deliveries sent at once (deferred escalations left out)."""
+        if self.spec.ha.answer_wait.seconds <= 0 or not ids:
+            return None
+        due = await asyncio.get_running_loop().run_in_executor(None, self.outbox.due_of, ids, now)
+        return self.worker.watch(due) if due else None
+
+    async def _delivered(self, waiting) -> int:
+        """How many of the watched deliveries reached their channel within ha.answer_wait (the rest stay in the
+        outbox and are sent as usual: the 2xx then means "stored", as without answer_wait)."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(waiting)),
+                                          self.spec.ha.answer_wait.seconds)
+        except asyncio.TimeoutError:
+            return 0
 
     def _report_repairs(self, group_key: str, repairs: list[Repair]) -> None:
         for r in repairs:
@@ -240,6 +263,8 @@ class NotifierService:
         await site.start()
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
+        if self.shared_port is not None:
+            await web.TCPSite(self._runner, self.host, self.shared_port, backlog=ACCEPT_BACKLOG, reuse_port=True).start()
 
     async def _stop_http(self) -> None:
         if self.guard is not None:
@@ -255,8 +280,9 @@ class NotifierService:
             self.committer.start()
             await self._start_http()
             self.worker.start()
-            log.info("notifier listening on http://%s:%d (outbox %s, channels: %s; at most %d connections)",
-                     self.host, self.port, self.outbox.path, ", ".join(self.channels) or "none",
+            shared = f" and on shared port {self.shared_port}" if self.shared_port is not None else ""
+            log.info("notifier listening on http://%s:%d%s (outbox %s, channels: %s; at most %d connections)",
+                     self.host, self.port, shared, self.outbox.path, ", ".join(self.channels) or "none",
                      self.guard.max_connections)
             if not self._credentials:
                 log.warning("no notifier.bearer_token or basic auth in the spec: POST /alerts accepts anyone")
