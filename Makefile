@@ -7,8 +7,9 @@ STAMP  := $(VENV)/.installed-stamp
 APT_PACKAGES := prometheus prometheus-alertmanager docker-compose
 PYTEST_ARGS ?=
 ARGS ?=
+SEED ?=
 
-.PHONY: test test-fast demo install system-deps bench generate check-generated clean
+.PHONY: test test-fast demo chaos install system-deps bench generate check-generated clean
 
 install: $(STAMP)
 
@@ -51,3 +52,8 @@ generate: install
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache
+
+# The HA chaos scenario (a few minutes): two Prometheus replicas, three Alertmanager peers, two notifiers, a
+# storm of ~500 alerts and one SIGKILL of each kind; prints its figures. SEED=n replays a run (default: random).
+chaos: install system-deps
+	INFERWATCH_CHAOS_SEED=$(SEED) $(BIN)/pytest -m slow -s -p no:cacheprovider tests/test_ha_chaos.py $(PYTEST_ARGS)

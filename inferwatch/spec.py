@@ -594,13 +594,14 @@ class HighAvailability:
             names.add(r.name)
         addresses = [r.address for r in self.prometheus_replicas()]
         peers = self.alertmanager_peers()
-        for what, seen in (("prometheus", addresses), ("alertmanager", [p.address for p in peers]),
-                           ("alertmanager", [p.cluster_address for p in peers])):
+        for what, field_, seen in (("prometheus", "address", addresses),
+                                   ("alertmanager", "address", [p.address for p in peers]),
+                                   ("alertmanager", "cluster_address", [p.cluster_address for p in peers])):
             for i, address in enumerate(seen):
                 if not re.fullmatch(r"[^\s:/]+:[0-9]{1,5}", address):
-                    raise SpecError(f"{path}.{what}[{i}]", f"expected host:port, got {address!r}")
+                    raise SpecError(f"{path}.{what}[{i}].{field_}", f"expected host:port, got {address!r}")
                 if seen.index(address) != i:
-                    raise SpecError(f"{path}.{what}[{i}]", f"{address} is listed twice")
+                    raise SpecError(f"{path}.{what}[{i}].{field_}", f"{address} is also {what}[{seen.index(address)}]'s")
         if not 1 <= self.notifier_replicas <= 16:
             raise SpecError(f"{path}.notifier_replicas", f"expected 1 to 16, got {self.notifier_replicas}")
         if self.outbox_due_rows < 1:
@@ -648,6 +649,11 @@ class Spec:
                 if name not in self.channels:
                     raise SpecError(f"routes[{i}].receivers",
                                     f"unknown channel {name!r} (declared: {', '.join(self.channels) or 'none'})")
+        workload = self.kubernetes.workloads.get("notifier")
+        if workload is not None and workload.replicas and self.ha.notifier_replicas > 1 \
+                and workload.replicas != self.ha.notifier_replicas:
+            raise SpecError("kubernetes.workloads.notifier.replicas",
+                            f"{workload.replicas} disagrees with ha.notifier_replicas ({self.ha.notifier_replicas})")
         if self.ha.replica_label in self.prometheus.external_labels:
             raise SpecError("ha.replica_label", f"{self.ha.replica_label!r} is also in prometheus.external_labels: "
                                                 "each replica needs its own value")

@@ -131,6 +131,29 @@ def inhibit_rules(spec: Spec) -> list[dict]:
     return rules
 
 
+def cluster_flags(spec: Spec, listen: str, peers: list[str], advertise: str | None = None) -> list[str]:
+    """Alertmanager's clustering flags for one peer of `ha.alertmanager` (its half of the HA configuration;
+    the configuration file is the same for every peer): gossip on `listen`, join every address of `peers`
+    (its own may be among them), the spec's peer timeout and gossip intervals. With no peers configured:
+    clustering off (`--cluster.listen-address=`)."""
+    if len(spec.ha.alertmanager) < 2:
+        return ["--cluster.listen-address="]
+    h = spec.ha
+    flags = [f"--cluster.listen-address={listen}"]
+    if advertise:
+        flags.append(f"--cluster.advertise-address={advertise}")
+    flags += [f"--cluster.peer={p}" for p in peers]
+    return flags + [f"--cluster.peer-timeout={h.peer_timeout}", f"--cluster.gossip-interval={h.gossip_interval}",
+                    f"--cluster.pushpull-interval={h.pushpull_interval}", f"--cluster.settle-timeout={h.settle_timeout}"]
+
+
+def peer_flags(spec: Spec, index: int) -> list[str]:
+    """Clustering flags of peer `index` as the static configuration runs it (addresses from `ha.alertmanager`)."""
+    peers = spec.ha.alertmanager_peers()
+    me = peers[index]
+    return cluster_flags(spec, me.cluster_address, [p.cluster_address for p in peers], advertise=me.cluster_address)
+
+
 def secret_files(spec: Spec) -> dict[str, tuple[str, str]]:
     """{spec field: (path, what it holds)} for every file the generated configuration makes Alertmanager read
     (tests check that no other `*_file` appears in it and that the README's own-stack steps name each)."""

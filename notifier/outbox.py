@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
 
-from inferwatch.notifier.model import WebhookMessage, message_from_dict
+from inferwatch.notifier.model import WebhookMessage, message_from_dict, parse_time
 from inferwatch.redaction import redact
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS deliveries (
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries(state, channel, next_attempt_at);
 CREATE INDEX IF NOT EXISTS deliveries_group ON deliveries(group_key, state);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);  -- probe() writes here
+-- Alerts reported resolved (per group and fingerprint, the latest endsAt), kept for the dedup window: a
+-- firing notification about an alert instance already reported resolved is stale (stale.py).
+CREATE TABLE IF NOT EXISTS resolutions (group_key TEXT NOT NULL, fingerprint TEXT NOT NULL, ends_at REAL NOT NULL,
+                                        received_at REAL NOT NULL, PRIMARY KEY (group_key, fingerprint));
 """
 
 STATES = ("pending", "delivered", "dead", "superseded", "cancelled")
@@ -139,18 +143,24 @@ class Outbox:
         self.dedup_window_s = dedup_window_s
         self._local = threading.local()
         self._db().executescript(SCHEMA)  # idempotent; executescript manages its own transaction
-        cols = {r["name"] for r in self._db().execute("PRAGMA table_info(deliveries)")}
-        if "requeued_at" not in cols:  # an outbox written by an older version
-            try:
-                self._db().execute("ALTER TABLE deliveries ADD COLUMN requeued_at REAL")
-            except sqlite3.OperationalError as exc:  # another process (the CLI, the service) added it first
-                if "duplicate column" not in str(exc):
-                    raise
+        # Columns an outbox written by an older version lacks.
+        self._add_column("deliveries", "requeued_at", "REAL")
+        self._add_column("messages", "delivery_key", "TEXT")
+        self._db().execute("CREATE INDEX IF NOT EXISTS messages_key ON messages(delivery_key)")
         self._last_prune = 0.0
         self.write_error: str | None = None   # set while writes fail (the last error), None when writable
         self.write_errors: Counter = Counter({op: 0 for op in WRITE_OPERATIONS})
         self._state_lock = threading.Lock()
         self._on_writable: list[Callable[[], None]] = []
+
+    def _add_column(self, table: str, column: str, kind: str) -> None:
+        if column in {r["name"] for r in self._db().execute(f"PRAGMA table_info({table})")}:
+            return
+        try:
+            self._db().execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        except sqlite3.OperationalError as exc:  # another process (the CLI, the service) added it first
+            if "duplicate column" not in str(exc):
+                raise
 
     # ---------------------------------------------------------------------------------- write state
     @property
@@ -300,8 +310,8 @@ class Outbox:
         if seen is not None and now - seen["received_at"] < self.dedup_window_s:
             return False, []
         db.execute("INSERT OR REPLACE INTO intake(key, received_at) VALUES (?, ?)", (key, now))
-        mid = db.execute("INSERT INTO messages(body, received_at) VALUES (?, ?)",
-                         (json.dumps(message.to_json(), ensure_ascii=False), now)).lastrowid
+        mid = db.execute("INSERT INTO messages(body, received_at, delivery_key) VALUES (?, ?, ?)",
+                         (json.dumps(message.to_json(), ensure_ascii=False), now, key)).lastrowid
         ids = []
         for p in planned:
             if p.kind == "escalation" and db.execute(
@@ -312,10 +322,52 @@ class Outbox:
             ids.append(self._insert(db, mid, p, message, now))
         if message.status == "resolved":
             ids += self._resolve_escalations(db, mid, message, now)
+        ended = [(a.fingerprint, parse_time(a.ends_at)) for a in message.resolved]
+        db.executemany("INSERT INTO resolutions(group_key, fingerprint, ends_at, received_at) VALUES (?,?,?,?) "
+                       "ON CONFLICT(group_key, fingerprint) DO UPDATE SET ends_at=MAX(ends_at, excluded.ends_at), "
+                       "received_at=excluded.received_at",
+                       [(message.group_key, fp, end, now) for fp, end in ended if fp and end is not None])
         if now - self._last_prune > 60:
             db.execute("DELETE FROM intake WHERE received_at < ?", (now - self.dedup_window_s,))
+            db.execute("DELETE FROM resolutions WHERE received_at < ?", (now - self.dedup_window_s,))
             self._last_prune = now
         return True, ids
+
+    # ---------------------------------------------------------------------------------- what it saw
+    def seen(self, delivery_key: str, now: float | None = None) -> bool:
+        """Was a webhook with this delivery key accepted within the dedup window?"""
+        now = time.time() if now is None else now
+        row = self._db().execute("SELECT received_at FROM intake WHERE key=?", (delivery_key,)).fetchone()
+        return row is not None and now - row["received_at"] < self.dedup_window_s
+
+    def peer_status(self, items: list[tuple[str, str]], now: float | None = None) -> list[dict]:
+        """For (delivery key, channel) pairs a restarted peer holds: when this replica accepted that key (within
+        the dedup window, else None) and whether it delivered it to that channel."""
+        now = time.time() if now is None else now
+        db = self._db()
+        out = []
+        for key, channel in items:
+            row = db.execute("SELECT received_at FROM intake WHERE key=? AND received_at>=?",
+                             (key, now - self.dedup_window_s)).fetchone()
+            done = db.execute("SELECT 1 FROM messages m JOIN deliveries d ON d.message_id=m.id WHERE "
+                              "m.delivery_key=? AND d.channel=? AND d.state='delivered' LIMIT 1", (key, channel)).fetchone()
+            out.append({"accepted_at": row["received_at"] if row else None, "delivered": done is not None})
+        return out
+
+    def recovered(self, before: float) -> list[tuple[int, str, str, float]]:
+        """(id, delivery key, channel, accepted at) of the rows pending since before `before` (a restart): what
+        this replica had accepted and not delivered when it stopped."""
+        rows = self._db().execute(
+            "SELECT d.id, m.delivery_key, d.channel, m.received_at FROM deliveries d JOIN messages m ON "
+            "m.id=d.message_id WHERE d.state='pending' AND d.created_at<? AND m.delivery_key IS NOT NULL", (before,))
+        return [(r["id"], r["delivery_key"], r["channel"], r["received_at"]) for r in rows]
+
+    def resolutions(self, group_key: str, now: float | None = None) -> dict[str, float]:
+        """{fingerprint: latest endsAt (epoch s)} of the group's alerts reported resolved within the dedup window."""
+        now = time.time() if now is None else now
+        rows = self._db().execute("SELECT fingerprint, ends_at FROM resolutions WHERE group_key=? AND received_at>=?",
+                                  (group_key, now - self.dedup_window_s)).fetchall()
+        return {r["fingerprint"]: r["ends_at"] for r in rows}
 
     @staticmethod
     def _insert(db, mid: int, p: Planned, message: WebhookMessage, now: float, status: str | None = None) -> int:

@@ -2,7 +2,7 @@
 delivery worker threads, over one outbox.
 
 POST /alerts answers: 200 after the notification is committed to the outbox (group commit, see committer.py)
-or recognised as a redelivery; 400 for what is not an Alertmanager payload at all (the message names the
+or recognised as a redelivery, by this replica or (with replicas) a peer, or as stale (replicas.py); 400 for what is not an Alertmanager payload at all (the message names the
 field; oversized or badly encoded values are cut or replaced and accepted, see model.py); 401 missing/wrong
 credentials; 408 a body slower than `notifier.body_timeout`; 413 body over `notifier.max_body_bytes`; 503
 when the outbox cannot persist — the only 5xx, so Alertmanager (which retries 5xx only) retries exactly when
@@ -17,6 +17,7 @@ import asyncio
 import base64
 import hmac
 import logging
+import sqlite3
 import sys
 import threading
 import time
@@ -34,6 +35,7 @@ from inferwatch.notifier.metrics import NotifierMetrics
 from inferwatch.notifier.model import PayloadError, Repair, parse_webhook
 from inferwatch.notifier.outbox import Outbox, OutboxError
 from inferwatch.notifier.ratelog import ConditionLog
+from inferwatch.notifier.replicas import CHECK_PATH, DELIVERED_PATH, Peers, Verdict, stale
 from inferwatch.notifier.routing import Router
 from inferwatch.notifier.worker import DeliveryWorker
 from inferwatch.spec import Spec
@@ -99,6 +101,16 @@ class NotifierService:
         self._log = ConditionLog(log)
         self._last_probe = 0.0
         self.accepted = 0
+        self.started_at = time.time()
+        self.peers = self._peers()
+
+    def _peers(self) -> Peers | None:
+        """The other replicas (`targets.notifiers`, this one's own address left out), with ha.notifier_replicas > 1."""
+        if self.spec.ha.notifier_replicas < 2:
+            return None
+        me = f"{self.host}:{self.port}"
+        urls = [f"http://{t.address}" for t in self.spec.targets.exporter_targets("notifiers") if t.address != me]
+        return Peers(urls, self._credentials[0] if self._credentials else None)
 
     def _expected_credentials(self) -> list[str]:
         """Authorization header values we accept (resolved once at start: a missing secret fails start-up)."""
@@ -115,7 +127,9 @@ class NotifierService:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.spec.notifier.max_body_bytes, middlewares=[self._count_http_errors])
         app.add_routes([web.post("/alerts", self.handle_alerts), web.get("/metrics", metrics_handler(self.metrics.registry)),
-                        web.get("/-/healthy", self.handle_health), web.get("/-/ready", self.handle_ready)])
+                        web.get("/-/healthy", self.handle_health), web.get("/-/ready", self.handle_ready),
+                        web.post(CHECK_PATH, self.handle_peer_check),
+                        web.post(DELIVERED_PATH, self.handle_peer_delivered)])
         return app
 
     @web.middleware
@@ -170,6 +184,12 @@ class NotifierService:
                                 key=str(exc).split(":", 1)[0])
         self._report_repairs(message.group_key, repairs)
         now = time.time()
+        verdict = await self._replica_verdict(message)
+        if verdict.seen:
+            self.metrics.webhooks.labels("duplicate").inc()
+            return web.json_response({"status": "duplicate", "deliveries": 0})
+        if stale(message, verdict.resolved):
+            return await self._stale(message, now)
         unrouted = not self.router.match(message.labels)
         planned = plan(self.spec, self.router, message, now)
         try:
@@ -208,6 +228,88 @@ class NotifierService:
         if unrouted:
             body["unrouted"] = True
         return web.json_response(body)
+
+    async def _replica_verdict(self, message) -> Verdict:
+        """What this replica's outbox and its peers know of `message` (see replicas.py)."""
+        loop = asyncio.get_running_loop()
+        local = loop.run_in_executor(None, self.outbox.resolutions, message.group_key)
+        verdict = await self.peers.check(message) if self.peers is not None else Verdict()
+        if self.peers is not None and verdict.answered < verdict.asked:
+            self.metrics.peer_checks.labels("unanswered").inc(verdict.asked - verdict.answered)
+        if verdict.answered:
+            self.metrics.peer_checks.labels("answered").inc(verdict.answered)
+        try:
+            verdict.merge(False, await local)
+        except sqlite3.Error:  # an unreadable outbox: the commit below reports it
+            pass
+        return verdict
+
+    async def _stale(self, message, now: float) -> web.Response:
+        """Keep a stale firing notification (auditable, and its retries deduplicated) without delivering it."""
+        try:
+            await asyncio.wrap_future(self.committer.submit(message, [], now))
+        except OutboxError:
+            self.metrics.webhooks.labels("unavailable").inc()
+            return web.json_response({"error": "outbox unavailable, retry"}, status=503)
+        self.metrics.webhooks.labels("stale").inc()
+        self._log.log(f"stale:{message.group_key}", logging.INFO, "not delivered: a firing notification for %s whose "
+                      "alerts were all reported resolved already (an Alertmanager peer's late copy)",
+                      message.group_key[:200])
+        return web.json_response({"status": "stale", "deliveries": 0})
+
+    async def handle_peer_delivered(self, request: web.Request) -> web.Response:
+        """For a restarted peer: of its recovered (delivery key, channel) pairs, when this replica accepted each
+        and whether it delivered it (replicas.py)."""
+        if not self._authorized(request):
+            return self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
+        try:
+            items = [(str(k), str(c)) for k, c in (await request.json())["items"]][:100_000]
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "expected {items: [[delivery_key, channel], ...]}"}, status=400)
+        try:
+            statuses = await asyncio.get_running_loop().run_in_executor(None, self.outbox.peer_status, items)
+        except sqlite3.Error:
+            return web.json_response({"error": "outbox unreadable"}, status=503)
+        return web.json_response({"items": statuses})
+
+    async def reconcile(self) -> None:
+        """Before delivering what this replica held when it stopped, leave out what a peer took over."""
+        if self.peers is None:
+            return
+        try:
+            rows = self.outbox.recovered(self.started_at)
+            taken = await self.peers.taken_over(rows)
+            if taken:
+                self.outbox.finish(taken, "superseded", time.time(), "peer",
+                                   "delivered or accepted first by a peer replica")
+        except (sqlite3.Error, OutboxError) as exc:  # fail open: send them (a duplicate rather than a loss)
+            log.warning("could not check recovered notifications with the peer replicas (%s); sending them all", exc)
+            return
+        if taken:
+            for row_id, _key, channel, _at in rows:
+                if row_id in taken:
+                    self.metrics.notifications.labels(channel, "superseded").inc()
+        if rows:
+            log.info("recovered %d pending notification(s); %d taken over by a peer replica (not sent again)",
+                     len(rows), len(taken))
+
+    async def handle_peer_check(self, request: web.Request) -> web.Response:
+        """For a peer replica: did this one accept a webhook with this delivery key, and which of the group's
+        alerts did it see resolved? Same credentials as POST /alerts."""
+        if not self._authorized(request):
+            return self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
+        try:
+            body = await request.json()
+            key, group = str(body["delivery_key"]), str(body["group_key"])
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "expected {delivery_key, group_key}"}, status=400)
+        loop = asyncio.get_running_loop()
+        try:
+            seen = await loop.run_in_executor(None, self.outbox.seen, key)
+            resolved = await loop.run_in_executor(None, self.outbox.resolutions, group)
+        except sqlite3.Error:
+            return web.json_response({"error": "outbox unreadable"}, status=503)
+        return web.json_response({"seen": seen, "resolved": resolved})
 
     async def _watch(self, ids: list[int], now: float):
         """With ha.answer_wait: a future for the deliveries sent at once (deferred escalations left out)."""
@@ -267,6 +369,8 @@ class NotifierService:
             await web.TCPSite(self._runner, self.host, self.shared_port, backlog=ACCEPT_BACKLOG, reuse_port=True).start()
 
     async def _stop_http(self) -> None:
+        if self.peers is not None:
+            await self.peers.close()
         if self.guard is not None:
             await self.guard.stop()
         if self._runner is not None:
@@ -279,6 +383,7 @@ class NotifierService:
         async def main():
             self.committer.start()
             await self._start_http()
+            await self.reconcile()
             self.worker.start()
             shared = f" and on shared port {self.shared_port}" if self.shared_port is not None else ""
             log.info("notifier listening on http://%s:%d%s (outbox %s, channels: %s; at most %d connections)",
@@ -316,12 +421,16 @@ class NotifierService:
             started.set()
             self._loop.run_forever()
 
+        def reconcile():
+            asyncio.run_coroutine_threadsafe(self.reconcile(), self._loop).result(30)
+
         self._thread = threading.Thread(target=run, name="notifier-http", daemon=True)
         self._thread.start()
         started.wait(30)
         if errors:
             self.committer.stop()
             raise errors[0]
+        reconcile()
         self.worker.start()
         return self
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import yaml
 
-from inferwatch.rules import gpu, llm, notifier, triton
+from inferwatch.rules import gpu, ha, llm, notifier, triton
 from inferwatch.rules.model import Alert, Group
 from inferwatch.rules.names import ALERTS
 from inferwatch.rules.promconfig import config_path, prometheus_configs
 from inferwatch.rules.validate import validate
 from inferwatch.spec import Spec
 
-AREAS = {"gpu": gpu, "triton": triton, "llm": llm, "notifier": notifier}
+AREAS = {"gpu": gpu, "triton": triton, "llm": llm, "notifier": notifier, "ha": ha}
 RULES_DIR = "rules/generated"
 PROMETHEUS_DIR = "deploy/prometheus"
 PROMETHEUS_CONFIG = f"{PROMETHEUS_DIR}/prometheus.yml"  # one Prometheus; with replicas prometheus-<name>.yml each

@@ -27,6 +27,7 @@ JOB_ALERTMANAGER = "inferwatch-alertmanager"
 JOB_PROMETHEUS = "inferwatch-prometheus"
 JOB_PROMETHEUS_ALERTS = "inferwatch-prometheus-alerts"
 FEDERATED_ALERTS = 'ALERTS{alertstate="firing"}'
+FEDERATION_INSTANCE = "prometheus-replicas"
 
 
 def exporter_job(spec: Spec, job: str, kind: str) -> dict | None:
@@ -94,9 +95,12 @@ def self_monitoring_jobs(spec: Spec) -> list[dict]:
             {"job_name": JOB_PROMETHEUS, "metrics_path": "/metrics",
              "static_configs": [_static(a, **({label: name} if name else {})) for name, a in prometheus]}]
     if len(prometheus) > 1:
+        # The replicas' copies of one alert must carry the same labels but `replica`: a label the alert lacks
+        # is filled from the target, so the targets carry no `node` and one `instance` for all.
         jobs.append({"job_name": JOB_PROMETHEUS_ALERTS, "honor_labels": True, "metrics_path": "/federate",
                      "params": {"match[]": [FEDERATED_ALERTS]},
-                     "static_configs": [_static(a, **{label: name}) for name, a in prometheus]})
+                     "static_configs": [{"targets": [a], "labels": {label: name}} for name, a in prometheus],
+                     "relabel_configs": [{"target_label": "instance", "replacement": FEDERATION_INSTANCE}]})
     return jobs
 
 

@@ -14,7 +14,8 @@ from promql_labels import Branch, LabelFlow
 # Metric name prefix -> Prometheus job (fixed job names of the generated prometheus.yml).
 JOB_OF_PREFIX = (("nv_", "triton"), ("DCGM_FI_", "inferwatch-gpu"), ("inferwatch_gpu_", "inferwatch-gpu"),
                  ("inferwatch_triton_", "inferwatch-triton"), ("gateway_", "inferwatch-gateway"),
-                 ("inferwatch_notifier_", "inferwatch-notifier"))
+                 ("inferwatch_notifier_", "inferwatch-notifier"), ("alertmanager_", "inferwatch-alertmanager"),
+                 ("process_", "inferwatch-prometheus"), ("ALERTS", "inferwatch-prometheus-alerts"))
 _DCGM = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION")
 _GPU = ("gpu", "UUID", "Hostname")
 _TMT = ("tenant", "model", "tier")
@@ -39,6 +40,9 @@ EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("inferwatch_notifier_notifications_total", ("channel", "outcome"), ()),
     ("inferwatch_notifier_dead_letters_total", ("channel", "reason"), ()),
     ("inferwatch_notifier_", (), ()),
+    ("alertmanager_", (), ()),
+    ("process_", (), ()),
+    ("ALERTS", ("alertname", "alertstate", "replica"), ()),  # federated copies (plus the alert's own labels)
 )
 
 

@@ -184,7 +184,10 @@ EXPECTED_JOBS = {  # monitor name -> the job its series get (the selectors' defa
     ("ServiceMonitor", "inferwatch-triton-collector"): "inferwatch-triton",
     ("ServiceMonitor", "inferwatch-gateway"): "inferwatch-gateway",
     ("ServiceMonitor", "inferwatch-notifier"): "inferwatch-notifier",
+    ("ServiceMonitor", "inferwatch-alertmanager"): "inferwatch-alertmanager",  # the operator's own pods
+    ("ServiceMonitor", "inferwatch-prometheus"): "inferwatch-prometheus",
 }
+OPERATED = {"inferwatch-alertmanager", "inferwatch-prometheus", "inferwatch-prometheus-alerts"}
 
 
 def _endpoints(monitor: dict) -> list[dict]:
@@ -209,8 +212,8 @@ def test_every_monitor_sets_the_job_the_rules_select(objects, spec):
 def test_monitors_select_the_pods_they_scrape(objects):
     services = {d["metadata"]["name"]: d for d in by_kind(objects, "Service")}
     for monitor in by_kind(objects, "ServiceMonitor"):
-        if monitor["metadata"]["name"] == "inferwatch-triton-server":
-            continue  # selects the user's Triton Service (test below)
+        if monitor["metadata"]["name"] == "inferwatch-triton-server" or monitor["metadata"]["name"] in OPERATED:
+            continue  # selects the user's Triton Service (test below), or kube-prometheus-stack's (test_ha_outputs)
         selected = [s for s in services.values() if not s["spec"].get("clusterIP") == "None"
                     and monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
         assert len(selected) == 1, monitor["metadata"]["name"]

@@ -388,6 +388,14 @@ class ProviderSimulators:
         for p in self.providers:
             p.reset()
 
+    def clear(self) -> None:
+        """Forget what every provider received and refused (a scenario's clean start); limits and modes stay."""
+        for p in self.providers:
+            with p.lock:
+                p.received.clear()
+                p.rejected.clear()
+                p.attempts = 0
+
     def report(self) -> str:
         """What each channel received, for humans (the demo prints this)."""
         lines = []
