@@ -42,6 +42,10 @@ def test_the_storm_was_a_storm_across_the_layers(outcome):
     assert {c for c, figs in f.channels.items() if figs.should} == {"phone", *CHAT}, outcome.report()
 
 
+def test_alertmanager_sees_one_alert_per_pair_of_replicas(outcome):
+    assert outcome.alertmanager_alerts >= outcome.figures.should and outcome.replica_labelled == 0, outcome.report()
+
+
 def test_no_alert_lost(outcome):
     f = outcome.figures
     assert f.did == f.should and not f.uncovered, outcome.report()

@@ -323,6 +323,8 @@ class Outcome:
     alerts_fired: int
     open_incidents: list[str]
     errors: list[str]
+    alertmanager_alerts: int = 0    # alerts the peers held at the end of the storm, all peers together
+    replica_labelled: int = 0       # of them, carrying a Prometheus replica label (must be 0)
 
     def failover_windows(self) -> list[tuple[float, float]]:
         """From a little before each kill to some time after its restart: alerts firing then may wait for
@@ -342,6 +344,7 @@ class Outcome:
                          f"duplicates {c.duplicates} ({100 * c.duplicate_ratio:.2f} %)  max delay {c.max_delay_s:.1f}s")
         lines.append(f"longest delay firing -> message: {f.max_delay():.1f}s overall, "
                      f"{f.max_delay(self.failover_windows()):.1f}s for alerts firing during a failover")
+        lines.append(f"Alertmanager peers held {self.alertmanager_alerts} alerts, {self.replica_labelled} with a replica label")
         lines.append(f"PagerDuty incidents left open after the storm: {len(self.open_incidents)}")
         lines += [f"  open: {o}" for o in self.open_incidents[:10]]
         if f.uncovered:
@@ -408,6 +411,9 @@ def _storm(stack: ChaosStack, workload: Workload, sims, config: ChaosConfig, pla
         t.join(START_TIMEOUT_S)
     storm_end = time.time()
     fired = _fired(stack, config, storm_start, storm_end)
+    label = config.spec.ha.replica_label
+    in_alertmanager = [a for am in stack.alertmanagers for a in am.alerts()]
+    replica_labelled = sum(label in a["labels"] for a in in_alertmanager)
     result = figures(config.spec, fired, received_titles(sims, CHANNEL_OF_PROVIDER))
     say(f"storm over after {storm_end - storm_start:.0f}s; cooling down")
     for url in stack.gpu_urls:
@@ -418,7 +424,8 @@ def _storm(stack: ChaosStack, workload: Workload, sims, config: ChaosConfig, pla
     while time.time() < deadline and sims.pagerduty.open:
         time.sleep(2)
     return Outcome(plan, result, sorted(kills, key=lambda k: k.killed_at), storm_start, len(fired),
-                   _open_incidents(sims, storm_start), [f"{type(e).__name__}: {e}" for e in errors])
+                   _open_incidents(sims, storm_start), [f"{type(e).__name__}: {e}" for e in errors],
+                   len(in_alertmanager), replica_labelled)
 
 
 def _open_incidents(sims, since: float) -> list[str]:
