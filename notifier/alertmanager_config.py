@@ -170,5 +170,15 @@ def render(spec: Spec) -> str:
     return head + yaml.safe_dump(config(spec), sort_keys=False, default_flow_style=False, width=120)
 
 
+def flags_path(index: int) -> str:
+    return f"deploy/alertmanager/cluster-flags-{index}.txt"
+
+
 def outputs(spec: Spec) -> dict[str, str]:
-    return {PATH: render(spec)}
+    """alertmanager.yml (the same for every peer) and, for a cluster, each peer's clustering flags, one a line
+    (e.g. `prometheus-alertmanager --config.file=... $(cat cluster-flags-0.txt)`)."""
+    files = {PATH: render(spec)}
+    if len(spec.ha.alertmanager) > 1:
+        for i, peer in enumerate(spec.ha.alertmanager_peers()):
+            files[flags_path(i)] = "\n".join(peer_flags(spec, i)) + "\n"
+    return files

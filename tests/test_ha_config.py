@@ -82,13 +82,14 @@ def test_each_replica_has_its_own_file_with_its_label_dropped_from_alerts(spec, 
 
 
 # ---------------------------------------------------------------------------------------- Alertmanager
-def test_one_alertmanager_configuration_passes_amtool_and_its_peers_form_one_cluster(spec, tree, tmp_path):
+def test_one_alertmanager_configuration_passes_amtool_and_its_peers_form_one_cluster(spec, files, tree, tmp_path):
     result = subprocess.run([_tool("amtool"), "check-config", str(tree / "deploy/alertmanager/alertmanager.yml")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     flags = [peer_flags(spec, i) for i in range(3)]
     assert all(f"--cluster.peer={p.cluster_address}" in f for f in flags for p in spec.ha.alertmanager_peers())
     assert all("--cluster.peer-timeout=5s" in f for f in flags)
+    assert [files[f"deploy/alertmanager/cluster-flags-{i}.txt"].split() for i in range(3)] == flags
     # The real thing, on free loopback ports: three peers with the same file see each other.
     data = yaml.safe_load(HA_SPEC.read_text())
     data["ha"]["alertmanager"] = [{"address": f"127.0.0.1:{free_port()}", "cluster_address": f"127.0.0.1:{free_port()}"}
