@@ -64,8 +64,8 @@ def _ha(spec: Spec) -> HighAvailability:
     h = spec.ha
     prometheus = [PrometheusReplica(f"{prometheus_service(spec, i)}:{SERVICES['prometheus']}", r.name)
                   for i, r in enumerate(h.prometheus_replicas())]
-    peers = [AlertmanagerPeer(f"{replica_service('alertmanager', i)}:{SERVICES['alertmanager']}",
-                              f"{replica_service('alertmanager', i)}:{CLUSTER_PORT}") for i in range(len(h.alertmanager))]
+    names = [replica_service("alertmanager", i) for i in range(len(h.alertmanager))]
+    peers = [AlertmanagerPeer(f"{n}:{SERVICES['alertmanager']}", f"{n}:{CLUSTER_PORT}") for n in names]
     return dataclasses.replace(h, prometheus=prometheus, alertmanager=peers)
 
 
@@ -159,7 +159,8 @@ def notifier_service(outbox_volume: str) -> dict:
         "environment": {"PAGERDUTY_ROUTING_KEY": "${PAGERDUTY_ROUTING_KEY:-}",
                         "SLACK_WEBHOOK_URL": "${SLACK_WEBHOOK_URL:-}", "WECOM_WEBHOOK_URL": "${WECOM_WEBHOOK_URL:-}"},
         "secrets": ["notifier-token"],
-        "volumes": ["./inferwatch.yaml:/etc/inferwatch/inferwatch.yaml:ro", f"{outbox_volume}:/var/lib/inferwatch/outbox"],
+        "volumes": ["./inferwatch.yaml:/etc/inferwatch/inferwatch.yaml:ro",
+                    f"{outbox_volume}:/var/lib/inferwatch/outbox"],
     }
 
 
@@ -177,8 +178,8 @@ def outputs(spec: Spec) -> dict[str, str]:
                  f"#   docker compose -f docker-compose.yml -f {HA_FILE} up --build\n")
         files[HA_FILE] = head + usage + dump(ha_override(spec))
         if spec.ha.notifier_replicas > 1:
-            files[NOTIFIER_SPEC] = ("# The spec as the compose notifier replicas read it: compose addresses (their peers "
-                                    "among them), secrets by reference.\n"
+            files[NOTIFIER_SPEC] = ("# The spec as the compose notifier replicas read it: compose addresses "
+                                    "(their peers among them), secrets by reference.\n"
                                     + yaml.safe_dump(to_data(with_references(cs)), sort_keys=False, allow_unicode=True,
                                                      width=120))
     return files

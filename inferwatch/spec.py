@@ -601,7 +601,8 @@ class HighAvailability:
                 if not re.fullmatch(r"[^\s:/]+:[0-9]{1,5}", address):
                     raise SpecError(f"{path}.{what}[{i}].{field_}", f"expected host:port, got {address!r}")
                 if seen.index(address) != i:
-                    raise SpecError(f"{path}.{what}[{i}].{field_}", f"{address} is also {what}[{seen.index(address)}]'s")
+                    raise SpecError(f"{path}.{what}[{i}].{field_}",
+                                    f"{address} is also {what}[{seen.index(address)}]'s")
         if not 1 <= self.notifier_replicas <= 16:
             raise SpecError(f"{path}.notifier_replicas", f"expected 1 to 16, got {self.notifier_replicas}")
         if self.outbox_due_rows < 1:

@@ -144,7 +144,8 @@ def cluster_flags(spec: Spec, listen: str, peers: list[str], advertise: str | No
         flags.append(f"--cluster.advertise-address={advertise}")
     flags += [f"--cluster.peer={p}" for p in peers]
     return flags + [f"--cluster.peer-timeout={h.peer_timeout}", f"--cluster.gossip-interval={h.gossip_interval}",
-                    f"--cluster.pushpull-interval={h.pushpull_interval}", f"--cluster.settle-timeout={h.settle_timeout}"]
+                    f"--cluster.pushpull-interval={h.pushpull_interval}",
+                    f"--cluster.settle-timeout={h.settle_timeout}"]
 
 
 def peer_flags(spec: Spec, index: int) -> list[str]:

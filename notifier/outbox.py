@@ -350,7 +350,8 @@ class Outbox:
             row = db.execute("SELECT received_at FROM intake WHERE key=? AND received_at>=?",
                              (key, now - self.dedup_window_s)).fetchone()
             done = db.execute("SELECT 1 FROM messages m JOIN deliveries d ON d.message_id=m.id WHERE "
-                              "m.delivery_key=? AND d.channel=? AND d.state='delivered' LIMIT 1", (key, channel)).fetchone()
+                              "m.delivery_key=? AND d.channel=? AND d.state='delivered' LIMIT 1",
+                              (key, channel)).fetchone()
             out.append({"accepted_at": row["received_at"] if row else None, "delivered": done is not None})
         return out
 

@@ -82,7 +82,8 @@ class Peers:
         for answer in answers:
             if answer is not None:
                 verdict.answered += 1
-                verdict.merge(bool(answer.get("seen")), {str(k): float(v) for k, v in (answer.get("resolved") or {}).items()})
+                resolved = {str(k): float(v) for k, v in (answer.get("resolved") or {}).items()}
+                verdict.merge(bool(answer.get("seen")), resolved)
         return verdict
 
     async def taken_over(self, rows: list[tuple[int, str, str, float]]) -> list[int]:
@@ -93,7 +94,8 @@ class Peers:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PEER_TIMEOUT_S))
         body = {"items": [[key, channel] for _, key, channel, _ in rows]}
-        answers = await asyncio.gather(*(self._ask(url, body, DELIVERED_PATH, RECONCILE_TIMEOUT_S) for url in self.urls))
+        answers = await asyncio.gather(*(self._ask(url, body, DELIVERED_PATH, RECONCILE_TIMEOUT_S)
+                                         for url in self.urls))
         out = set()
         for answer in answers:
             statuses = (answer or {}).get("items")
@@ -101,7 +103,8 @@ class Peers:
                 continue
             for (row_id, _key, _channel, accepted_at), status in zip(rows, statuses):
                 theirs = status.get("accepted_at") if isinstance(status, dict) else None
-                if isinstance(status, dict) and (status.get("delivered") or (theirs is not None and theirs < accepted_at)):
+                earlier = theirs is not None and theirs < accepted_at
+                if isinstance(status, dict) and (status.get("delivered") or earlier):
                     out.add(row_id)
         return sorted(out)
 

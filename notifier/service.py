@@ -2,13 +2,16 @@
 delivery worker threads, over one outbox.
 
 POST /alerts answers: 200 after the notification is committed to the outbox (group commit, see committer.py)
-or recognised as a redelivery, by this replica or (with replicas) a peer, or as stale (replicas.py); 400 for what is not an Alertmanager payload at all (the message names the
-field; oversized or badly encoded values are cut or replaced and accepted, see model.py); 401 missing/wrong
+or recognised as a redelivery (by this replica or, with replicas, a peer) or as stale (replicas.py); 400 for
+what is not an Alertmanager payload at all (the message names the field; oversized or badly encoded values
+are cut or replaced and accepted, see model.py); 401 missing/wrong
 credentials; 408 a body slower than `notifier.body_timeout`; 413 body over `notifier.max_body_bytes`; 503
 when the outbox cannot persist — the only 5xx, so Alertmanager (which retries 5xx only) retries exactly when
 we did not keep the alert. Every answer is counted in inferwatch_notifier_webhooks_total{outcome}, and every
 refusal is logged with its reason (one line per reason and field a minute, ratelog.ConditionLog), 404/405
 for a wrong path or method included. /-/ready answers 503 while the outbox cannot be written.
+With ha.answer_wait the 200 waits (that long at most) for the webhook's messages to be sent and says how many
+reached their channel. POST /-/peer/check and /-/peer/delivered answer peer replicas (replicas.py).
 """
 
 from __future__ import annotations
@@ -366,7 +369,8 @@ class NotifierService:
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
         if self.shared_port is not None:
-            await web.TCPSite(self._runner, self.host, self.shared_port, backlog=ACCEPT_BACKLOG, reuse_port=True).start()
+            await web.TCPSite(self._runner, self.host, self.shared_port, backlog=ACCEPT_BACKLOG,
+                              reuse_port=True).start()
 
     async def _stop_http(self) -> None:
         if self.peers is not None:

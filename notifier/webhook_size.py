@@ -129,8 +129,9 @@ def max_alerts(spec: Spec) -> int:
     room = spec.notifier.max_body_bytes - envelope_bound(spec, labels, annotations)
     if room < per_alert:
         need = spec.notifier.max_body_bytes - room + per_alert
-        raise SpecError("notifier.max_body_bytes", f"expected at least {need} (one alert of the generated rules "
-                                                   f"with labels at the scrape limits), got {spec.notifier.max_body_bytes}")
+        raise SpecError("notifier.max_body_bytes", f"expected at least {need} (one alert of the generated "
+                                                   f"rules with labels at the scrape limits), got "
+                                                   f"{spec.notifier.max_body_bytes}")
     return room // per_alert
 
 

@@ -68,12 +68,14 @@ def groups(spec: Spec) -> list[Group]:
         Alert("PrometheusReplicasDisagree",
               f"count by (disagreeing_alert) (\n"
               f"  label_replace(\n"
-              f'    count without ({label}) (max_over_time(ALERTS{{alertstate="firing", {label}=~".+"}}[{tolerance(spec)}]))\n'
+              f"    count without ({label}) "
+              f'(max_over_time(ALERTS{{alertstate="firing", {label}=~".+"}}[{tolerance(spec)}]))\n'
               f'    < scalar(count(up{{job="{JOB_PROMETHEUS_ALERTS}"}} == 1)),\n'
               f'    "disagreeing_alert", "$1", "alertname", "(.*)"\n'
               f"  )\n"
               f")\n"
-              f'and on () (min(time() - process_start_time_seconds{{job="{JOB_PROMETHEUS}"}}) > {num(restart_settle_s(spec))})',
+              f'and on () (min(time() - process_start_time_seconds{{job="{JOB_PROMETHEUS}"}})'
+              f" > {num(restart_settle_s(spec))})",
               disagreement_for, "warning",
               f"{{{{ $value }}}} alert(s) named {{{{ $labels.disagreeing_alert }}}} fire on some Prometheus "
               f"replicas and not on the others for over {disagreement_for}: the replicas see different data "

@@ -77,7 +77,8 @@ def alertmanager_addresses(spec: Spec) -> list[str]:
 
 def prometheus_addresses(spec: Spec) -> list[tuple[str, str]]:
     """(replica name, host:port) of every Prometheus; one unnamed entry without replicas."""
-    return [(r.name, r.address) for r in spec.ha.prometheus_replicas()] or [("", urlparse(spec.targets.prometheus).netloc)]
+    replicas = [(r.name, r.address) for r in spec.ha.prometheus_replicas()]
+    return replicas or [("", urlparse(spec.targets.prometheus).netloc)]
 
 
 def _static(address: str, **labels: str) -> dict:

@@ -72,8 +72,8 @@ def test_each_replica_has_its_own_file_with_its_label_dropped_from_alerts(spec, 
         federate = jobs["inferwatch-prometheus-alerts"]
         assert federate["honor_labels"] and federate["metrics_path"] == "/federate"
         assert [sc["labels"]["replica"] for sc in federate["static_configs"]] == names
-        result = subprocess.run([_tool("promtool"), "check", "config", str(tree / f"deploy/prometheus/prometheus-{name}.yml")],
-                                capture_output=True, text=True)
+        path = tree / f"deploy/prometheus/prometheus-{name}.yml"
+        result = subprocess.run([_tool("promtool"), "check", "config", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
     # The replicas differ only in their own label.
     a, b = configs["a"], configs["b"]
@@ -150,7 +150,8 @@ def test_compose_override_runs_the_same_topology(tree):
                 if "outbox" in v and "source" not in v]
     assert len(set(outboxes)) >= 2, outboxes
     am = yaml.safe_load((tree / "deploy/compose/alertmanager.yml").read_text())
-    assert {c["url"] for r in am["receivers"] for c in r.get("webhook_configs", [])} == {f"http://{WEBHOOK_ALIAS}:9410/alerts"}
+    urls = {c["url"] for r in am["receivers"] for c in r.get("webhook_configs", [])}
+    assert urls == {f"http://{WEBHOOK_ALIAS}:9410/alerts"}
     notifier_spec = yaml.safe_load((tree / NOTIFIER_SPEC).read_text())
     assert [t["address"] for t in notifier_spec["targets"]["notifiers"]] == ["notifier:9410", "notifier-1:9410"]
 

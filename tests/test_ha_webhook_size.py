@@ -21,12 +21,14 @@ BODY_LIMIT = 2 * 1024 * 1024
 def _alerts(name: str, count: int, value: str, labels: int) -> list[dict]:
     filler = {f"f{i:02d}": value for i in range(labels)}
     return [{"labels": {"alertname": name, "layer": "L1", "severity": "critical", "idx": str(i), **filler},
-             "annotations": {"summary": "Worst case.", "description": value * 3, "runbook_url": "https://r.example/x.md"},
+             "annotations": {"summary": "Worst case.", "description": value * 3,
+                             "runbook_url": "https://r.example/x.md"},
              "generatorURL": "http://prometheus.example:9090/graph?g0.expr=" + "%3C" * 2000 + "&g0.tab=1"}
             for i in range(count)]
 
 
-ROWS = [  # (alertname, label value, labels per alert, alerts beyond max_alerts); whole, the escaped groups are over the limit
+# (alertname, label value, labels per alert, alerts beyond max_alerts); whole, the escaped groups are over the limit
+ROWS = [
     ("SizeHtmlEscaped", "<" * VALUE_LIMIT, LABEL_LIMIT - 1, 6),       # 6 bytes a byte in the body
     ("SizeControl", "\x01" * VALUE_LIMIT, LABEL_LIMIT - 1, 6),         # \u0001
     ("SizeMultiByte", "界" * (VALUE_LIMIT // 3), LABEL_LIMIT - 1, 6),  # 3 bytes a character, not escaped

@@ -107,8 +107,9 @@ CONDITION = {
     # The alerting path's replicas ---------------------------------------------------------------------
     "NotifierOutboxGrowing": Condition({"job": "inferwatch-notifier", "instance": "n:9410", "node": "node-a"},
                                        {"outbox_due": 500, "due_growth_per_second": 2}, {"outbox_due": 50}),
-    "AlertmanagerClusterDegraded": Condition({}, {"peers_configured": 3, "peers_answering": 2, "fewest_members_seen": 2},
-                                             {"peers_answering": 3, "fewest_members_seen": 3}),
+    "AlertmanagerClusterDegraded": Condition(
+        {}, {"peers_configured": 3, "peers_answering": 2, "fewest_members_seen": 2},
+        {"peers_answering": 3, "fewest_members_seen": 3}),
     "PrometheusReplicasDisagree": Condition({"disagreeing_alert": "GpuLost"}, {"disagreeing_alerts": 1},
                                             {"disagreeing_alerts": 0}),
 }

@@ -111,7 +111,8 @@ def alerting_monitors(spec: Spec) -> list[dict]:
     inferwatch-prometheus, and inferwatch-prometheus-alerts: each replica's firing alerts from /federate), as
     the static configuration scrapes them, for the replica alerts (rules/ha.py). `replica` is the pod's name,
     the value the operator gives each replica's external label (`replicaExternalLabelName`)."""
-    replica = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": spec.ha.replica_label}
+    replica = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_name"],
+               "targetLabel": spec.ha.replica_label}
     out = []
     jobs = [
             ("inferwatch-alertmanager", "alertmanager", JOB_ALERTMANAGER, {}, [_job(JOB_ALERTMANAGER), NODE]),
@@ -218,7 +219,8 @@ def stack_values(spec: Spec) -> dict:
     if h.alertmanager_count > 1:
         alertmanager.update(clusterPeerTimeout=str(h.peer_timeout), clusterGossipInterval=str(h.gossip_interval),
                             clusterPushpullInterval=str(h.pushpull_interval))
-    return {"prometheus": {"prometheusSpec": {"replicas": h.prometheus_count, "replicaExternalLabelName": h.replica_label}},
+    prometheus = {"replicas": h.prometheus_count, "replicaExternalLabelName": h.replica_label}
+    return {"prometheus": {"prometheusSpec": prometheus},
             "alertmanager": {"alertmanagerSpec": alertmanager},
             "grafana": {"sidecar": {"dashboards": {"enabled": True, "label": next(iter(DASHBOARD_LABEL)),
                                                    "labelValue": DASHBOARD_LABEL[next(iter(DASHBOARD_LABEL))],

@@ -233,6 +233,7 @@ def notifier(spec: Spec, spec_text: str, refs: SecretRefs) -> list[dict]:
            service(spec, component, {"http": port}, name=f"{name}-headless", headless=True)]
     if replicas > 1:
         # A drain takes one replica at a time: the Service keeps answering Alertmanager through the others.
-        out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": metadata(spec, name, component),
+        out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": metadata(spec, name, component),
                     "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(component)}}})
     return out

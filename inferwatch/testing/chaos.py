@@ -78,7 +78,8 @@ class Plan:
     @classmethod
     def from_seed(cls, seed: int) -> "Plan":
         rng = random.Random(seed)
-        overheat = {(n, g): round(rng.uniform(0, STORM_SPREAD_S), 1) for n in range(NODES) for g in range(GPUS_PER_NODE)}
+        overheat = {(n, g): round(rng.uniform(0, STORM_SPREAD_S), 1)
+                    for n in range(NODES) for g in range(GPUS_PER_NODE)}
         kills = (Kill("alertmanager", round(rng.uniform(*KILL_WINDOW_S), 1), round(rng.uniform(*DOWNTIME_S), 1)),
                  Kill("notifier", round(rng.uniform(*KILL_WINDOW_S), 1), round(rng.uniform(*DOWNTIME_S), 1),
                       rng.randrange(2)),
@@ -117,7 +118,8 @@ def prepare(workdir: Path, sims: ProviderSimulators, spec_path: Path = HA_SPEC) 
     workdir = Path(workdir)
     names = (["triton_http", "triton_metrics", "gateway", "gateway_metrics", "collector", "notifier_shared",
               "notifier_0", "notifier_1", "prometheus_a", "prometheus_b"]
-             + [f"gpu_{n}" for n in range(NODES)] + [f"am_{i}" for i in range(3)] + [f"am_cluster_{i}" for i in range(3)])
+             + [f"gpu_{n}" for n in range(NODES)] + [f"am_{i}" for i in range(3)]
+             + [f"am_cluster_{i}" for i in range(3)])
     p = _ports(names)
     data = yaml.safe_load(Path(spec_path).read_text(encoding="utf-8"))
     t = data["targets"]
@@ -125,7 +127,8 @@ def prepare(workdir: Path, sims: ProviderSimulators, spec_path: Path = HA_SPEC) 
     t["alertmanager"] = f"http://{HOST}:{p['am_0']}"
     t["notifier"] = f"http://{HOST}:{p['notifier_shared']}"
     t["notifiers"] = [f"{HOST}:{p['notifier_0']}", f"{HOST}:{p['notifier_1']}"]
-    t["triton"][0].update(url=f"http://{HOST}:{p['triton_http']}", metrics_url=f"http://{HOST}:{p['triton_metrics']}/metrics")
+    t["triton"][0].update(url=f"http://{HOST}:{p['triton_http']}",
+                          metrics_url=f"http://{HOST}:{p['triton_metrics']}/metrics")
     t["gpu_exporters"] = [{"address": f"{HOST}:{p[f'gpu_{n}']}", "node": f"chaos-node-{n}"} for n in range(NODES)]
     t["triton_collectors"] = [f"{HOST}:{p['collector']}"]
     t["gateways"] = [{"address": f"{HOST}:{p['gateway_metrics']}", "node": "chaos-node-0"}]
@@ -176,7 +179,8 @@ class ChaosStack:
         self.gpu_urls = [f"http://{HOST}:{config.ports[f'gpu_{n}']}" for n in range(NODES)]
 
     def _cli(self, name: str, args: list[str], ready_url: str, env: dict | None = None) -> ManagedProcess:
-        process = ManagedProcess(name, [sys.executable, "-m", "inferwatch", *args], self.c.workdir / "logs" / f"{name}.log",
+        process = ManagedProcess(name, [sys.executable, "-m", "inferwatch", *args],
+                                 self.c.workdir / "logs" / f"{name}.log",
                                  ready=lambda: http_ok(ready_url), env={**os.environ, **(env or {})},
                                  cwd=str(self.c.workdir))
         process.start(timeout=START_TIMEOUT_S)
@@ -193,8 +197,9 @@ class ChaosStack:
                                        timeout=START_TIMEOUT_S)
 
         def gateway():
-            self._cli("gateway", ["exporter", "gateway", "--upstream", f"http://{HOST}:{p['triton_http']}", "--host", HOST,
-                                  "--port", str(p["gateway"]), "--metrics-port", str(p["gateway_metrics"]), "--spec", spec],
+            self._cli("gateway", ["exporter", "gateway", "--upstream", f"http://{HOST}:{p['triton_http']}",
+                                  "--host", HOST, "--port", str(p["gateway"]),
+                                  "--metrics-port", str(p["gateway_metrics"]), "--spec", spec],
                       f"http://{HOST}:{p['gateway_metrics']}/metrics")
 
         def collector():
@@ -204,7 +209,8 @@ class ChaosStack:
 
         def gpu(n: int):
             return lambda: self._cli(f"gpu-{n}", ["exporter", "gpu", "--host", HOST, "--port", str(p[f"gpu_{n}"]),
-                                                  "--nvml", "sim", "--sim-scenario", str(c.workdir / "gpu-scenario.yaml"),
+                                                  "--nvml", "sim",
+                                                  "--sim-scenario", str(c.workdir / "gpu-scenario.yaml"),
                                                   "--interval", interval, "--hostname", f"chaos-node-{n}"],
                                      f"http://{HOST}:{p[f'gpu_{n}']}/metrics")
 
@@ -212,7 +218,8 @@ class ChaosStack:
             def start():
                 self.notifiers.append(self._cli(
                     f"notifier-{i}", ["notifier", "--spec", spec, "--host", HOST, "--port", str(p[f"notifier_{i}"]),
-                                      "--shared-port", str(p["notifier_shared"]), "--data-dir", str(c.workdir / f"notifier-{i}")],
+                                      "--shared-port", str(p["notifier_shared"]),
+                                      "--data-dir", str(c.workdir / f"notifier-{i}")],
                     f"http://{HOST}:{p[f'notifier_{i}']}/-/ready", env=c.env))
             return start
 
@@ -223,8 +230,8 @@ class ChaosStack:
                 f.result()
             for i in range(2):  # in order: notifier-0 is self.notifiers[0]
                 notifier(i)()
-            self.alertmanagers = start_alertmanager_cluster(c.workdir, c.workdir / "deploy/alertmanager/alertmanager.yml",
-                                                            c.spec, timeout=START_TIMEOUT_S)
+            self.alertmanagers = start_alertmanager_cluster(
+                c.workdir, c.workdir / "deploy/alertmanager/alertmanager.yml", c.spec, timeout=START_TIMEOUT_S)
             self.prometheus = start_prometheus_replicas(c.workdir, c.workdir / "deploy/prometheus", c.spec,
                                                         timeout=START_TIMEOUT_S)
         except BaseException:
@@ -271,8 +278,8 @@ def _overheat_events(plan: Plan, node: int) -> list[dict]:
         at = plan.overheat_at[(node, gpu)]
         events += [{"at": f"{round(at * 1000)}ms", "gpu": gpu, "ramp": {"temperature_c": 92, "power_w": 320},
                     "over": "6s"},
-                   {"at": f"{round(at * 1000) + 5000}ms", "gpu": gpu, "set": {"clocks_event_reasons": ["sw_thermal_slowdown"],
-                                                             "sm_clock_mhz": 1410}}]
+                   {"at": f"{round(at * 1000) + 5000}ms", "gpu": gpu,
+                    "set": {"clocks_event_reasons": ["sw_thermal_slowdown"], "sm_clock_mhz": 1410}}]
     return events
 
 
@@ -344,7 +351,8 @@ class Outcome:
                          f"duplicates {c.duplicates} ({100 * c.duplicate_ratio:.2f} %)  max delay {c.max_delay_s:.1f}s")
         lines.append(f"longest delay firing -> message: {f.max_delay():.1f}s overall, "
                      f"{f.max_delay(self.failover_windows()):.1f}s for alerts firing during a failover")
-        lines.append(f"Alertmanager peers held {self.alertmanager_alerts} alerts, {self.replica_labelled} with a replica label")
+        lines.append(f"Alertmanager peers held {self.alertmanager_alerts} alerts, {self.replica_labelled} with a "
+                     f"replica label")
         lines.append(f"PagerDuty incidents left open after the storm: {len(self.open_incidents)}")
         lines += [f"  open: {o}" for o in self.open_incidents[:10]]
         if f.uncovered:
@@ -435,7 +443,8 @@ def _open_incidents(sims, since: float) -> list[str]:
         received = list(sims.pagerduty.received)
     out = []
     for key, event in open_keys.items():
-        events = [f"{r.body.get('event_action')}@+{r.at - since:.1f}s" for r in received if r.body.get("dedup_key") == key]
+        events = [f"{r.body.get('event_action')}@+{r.at - since:.1f}s" for r in received
+                  if r.body.get("dedup_key") == key]
         out.append(f"{(event.get('payload') or {}).get('summary', key)[:100]} ({', '.join(events)})")
     return out
 

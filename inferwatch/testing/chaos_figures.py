@@ -144,7 +144,8 @@ def figures(spec: Spec, fired: list[Fired], received: list[Title]) -> Figures:
     skipped = 0
     for alert in fired:
         labels = alert.label_dict
-        if alert.firing_s < STABLE_S or labels.get("component") == "notifier" or labels.get("layer") not in spec.notifier.grouping:
+        through_notifier = labels.get("component") != "notifier" and labels.get("layer") in spec.notifier.grouping
+        if alert.firing_s < STABLE_S or not through_notifier:
             skipped += 1
             continue
         for channel in router.receivers(labels):
