@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 
 import aiohttp
 
 from inferwatch.notifier.model import WebhookMessage, parse_time
-
-log = logging.getLogger(__name__)
 
 PEER_TIMEOUT_S = 0.5
 CHECK_PATH = "/-/peer/check"

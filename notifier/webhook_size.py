@@ -27,7 +27,6 @@ Alertmanager can be larger (the notifier then answers 413, counted and alerted b
 
 from __future__ import annotations
 
-import json
 import re
 
 from inferwatch.spec import Spec
@@ -140,10 +139,3 @@ def scrape_limits(federation: bool = False) -> dict[str, int]:
     return {"label_limit": FEDERATION_LABEL_LIMIT if federation else LABEL_LIMIT,
             "label_name_length_limit": NAME_LIMIT, "label_value_length_limit": VALUE_LIMIT}
 
-
-def example_body(alerts: list[dict], **envelope) -> bytes:
-    """A webhook body as Alertmanager encodes it (Go's HTML escaping), for tests and the size check."""
-    text = json.dumps({**envelope, "alerts": alerts}, ensure_ascii=False, separators=(",", ":"))
-    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
-        text = text.replace(ch, esc)
-    return text.encode("utf-8")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import logging
 import os
 import random
 import secrets
@@ -40,8 +39,6 @@ from inferwatch.testing.chaos_figures import Figures, figures, fired_from_ranges
 from inferwatch.testing.process import ManagedProcess, StackError, free_port, http_ok
 from inferwatch.testing.prometheus import PrometheusServer, start_prometheus_replicas
 from inferwatch.testing.triton import EXAMPLE_MODEL_REPOSITORY, REPO_ROOT, start_triton
-
-log = logging.getLogger(__name__)
 
 HA_SPEC = REPO_ROOT / "examples" / "ha" / "inferwatch.ha.yaml"
 HOST = "127.0.0.1"
