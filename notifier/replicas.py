@@ -15,9 +15,11 @@ A peer that does not answer within PEER_TIMEOUT_S is left out (fail open: a dupl
 
 A replica killed after storing a webhook but before answering it (or before delivering it) finds the rows
 pending when it starts again, while Alertmanager has meanwhile retried the webhook on a peer. Before its
-worker starts, it asks the peers about those rows (POST /-/peer/delivered) and leaves out, as superseded,
-each one a peer delivered to the same channel or accepted earlier than it did (the earlier one sends it; two
-replicas never both leave one out).
+worker starts, it asks the peers about those rows (POST /-/peer/delivered): the replica that accepted a
+notification first sends it. A row a peer delivered already, or holds pending after accepting it earlier, is
+left out (superseded); a row this replica accepted first is kept, and the peers holding it pending are told
+to leave theirs out (POST /-/peer/release). So two replicas never both leave one out, and only a send in
+flight at the moment of a kill goes out twice.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from inferwatch.notifier.model import WebhookMessage, parse_time
 PEER_TIMEOUT_S = 0.5
 CHECK_PATH = "/-/peer/check"
 DELIVERED_PATH = "/-/peer/delivered"
+RELEASE_PATH = "/-/peer/release"
 RECONCILE_TIMEOUT_S = 5.0
 
 
@@ -83,9 +86,9 @@ class Peers:
                 verdict.merge(bool(answer.get("seen")), resolved)
         return verdict
 
-    async def taken_over(self, rows: list[tuple[int, str, str, float]]) -> list[int]:
-        """Ids of recovered rows (id, delivery key, channel, accepted at) a peer delivered to the same channel or
-        accepted earlier: this replica must not send them again."""
+    async def settle(self, rows: list[tuple[int, str, str, float]]) -> list[int]:
+        """Decide, with the peers, which recovered rows (id, delivery key, channel, accepted at) this replica
+        must not send (returned), and tell peers to drop their copies of those it keeps (see module doc)."""
         if not self.urls or not rows:
             return []
         if self._session is None:
@@ -93,17 +96,24 @@ class Peers:
         body = {"items": [[key, channel] for _, key, channel, _ in rows]}
         answers = await asyncio.gather(*(self._ask(url, body, DELIVERED_PATH, RECONCILE_TIMEOUT_S)
                                          for url in self.urls))
-        out = set()
-        for answer in answers:
+        skip: set[int] = set()
+        release: dict[str, list] = {}
+        for url, answer in zip(self.urls, answers):
             statuses = (answer or {}).get("items")
             if not isinstance(statuses, list) or len(statuses) != len(rows):
                 continue
-            for (row_id, _key, _channel, accepted_at), status in zip(rows, statuses):
-                theirs = status.get("accepted_at") if isinstance(status, dict) else None
+            for (row_id, key, channel, accepted_at), status in zip(rows, statuses):
+                if not isinstance(status, dict):
+                    continue
+                theirs = status.get("accepted_at")
                 earlier = theirs is not None and theirs < accepted_at
-                if isinstance(status, dict) and (status.get("delivered") or earlier):
-                    out.add(row_id)
-        return sorted(out)
+                if status.get("delivered") or (status.get("pending") and earlier):
+                    skip.add(row_id)
+                elif status.get("pending"):
+                    release.setdefault(url, []).append([key, channel])
+        for url, items in release.items():
+            await self._ask(url, {"items": [i for i in items]}, RELEASE_PATH, RECONCILE_TIMEOUT_S)
+        return sorted(skip)
 
     async def _ask(self, url: str, body: dict, path: str = CHECK_PATH, timeout: float | None = None) -> dict | None:
         try:

@@ -11,7 +11,8 @@ we did not keep the alert. Every answer is counted in inferwatch_notifier_webhoo
 refusal is logged with its reason (one line per reason and field a minute, ratelog.ConditionLog), 404/405
 for a wrong path or method included. /-/ready answers 503 while the outbox cannot be written.
 With ha.answer_wait the 200 waits (that long at most) for the webhook's messages to be sent and says how many
-reached their channel. POST /-/peer/check and /-/peer/delivered answer peer replicas (replicas.py).
+reached their channel. POST /-/peer/check, /-/peer/delivered and /-/peer/release answer peer replicas
+(replicas.py).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from inferwatch.notifier.metrics import NotifierMetrics
 from inferwatch.notifier.model import PayloadError, Repair, parse_webhook
 from inferwatch.notifier.outbox import Outbox, OutboxError
 from inferwatch.notifier.ratelog import ConditionLog
-from inferwatch.notifier.replicas import CHECK_PATH, DELIVERED_PATH, Peers, Verdict, stale
+from inferwatch.notifier.replicas import CHECK_PATH, DELIVERED_PATH, RELEASE_PATH, Peers, Verdict, stale
 from inferwatch.notifier.routing import Router
 from inferwatch.notifier.worker import DeliveryWorker
 from inferwatch.spec import Spec
@@ -132,7 +133,8 @@ class NotifierService:
         app.add_routes([web.post("/alerts", self.handle_alerts), web.get("/metrics", metrics_handler(self.metrics.registry)),
                         web.get("/-/healthy", self.handle_health), web.get("/-/ready", self.handle_ready),
                         web.post(CHECK_PATH, self.handle_peer_check),
-                        web.post(DELIVERED_PATH, self.handle_peer_delivered)])
+                        web.post(DELIVERED_PATH, self.handle_peer_delivered),
+                        web.post(RELEASE_PATH, self.handle_peer_release)])
         return app
 
     @web.middleware
@@ -275,13 +277,30 @@ class NotifierService:
             return web.json_response({"error": "outbox unreadable"}, status=503)
         return web.json_response({"items": statuses})
 
+    async def handle_peer_release(self, request: web.Request) -> web.Response:
+        """For a restarted peer that accepted these (delivery key, channel) pairs first and sends them: leave
+        this replica's pending copies out (replicas.py)."""
+        if not self._authorized(request):
+            return self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
+        try:
+            items = [(str(k), str(c)) for k, c in (await request.json())["items"]][:100_000]
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "expected {items: [[delivery_key, channel], ...]}"}, status=400)
+        try:
+            released = await asyncio.get_running_loop().run_in_executor(None, self.outbox.release, items)
+        except OutboxError:
+            return web.json_response({"error": "outbox unavailable"}, status=503)
+        if released:
+            log.info("left out %d pending notification(s) a peer replica accepted first and sends", released)
+        return web.json_response({"released": released})
+
     async def reconcile(self) -> None:
         """Before delivering what this replica held when it stopped, leave out what a peer took over."""
         if self.peers is None:
             return
         try:
             rows = self.outbox.recovered(self.started_at)
-            taken = await self.peers.taken_over(rows)
+            taken = await self.peers.settle(rows)
             if taken:
                 self.outbox.finish(taken, "superseded", time.time(), "peer",
                                    "delivered or accepted first by a peer replica")

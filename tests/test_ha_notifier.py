@@ -139,6 +139,34 @@ def test_rows_a_killed_replica_held_are_not_sent_again_when_a_peer_took_them_ove
         a.stop()
 
 
+def test_the_replica_that_accepted_a_notification_first_sends_it_and_the_peer_drops_its_copy(sims, tmp_path):
+    spec, (a, b) = replicas(sims, tmp_path)
+    body = pinned(webhook("GpuLost", "L1", group="g-first"))
+    message = message_from_dict(body)
+    b.outbox.accept(message, plan(spec, Router(spec), message, time.time()))  # b first, then killed
+    b.outbox.close()
+    sims.pagerduty.set_mode("down")
+    sims.voice.set_mode("down")
+    a.start()
+    try:
+        assert post(a.url, body).json()["status"] == "accepted"  # the retry; a cannot send it yet
+        wait_for(lambda: sims.pagerduty.attempts >= 1, what="a's first try")
+        b2 = NotifierService(spec, tmp_path / "r1", port=b.port).start()
+        try:
+            assert b2.outbox.counts()["superseded"] == 0  # b accepted it first: b keeps it ...
+            wait_for(lambda: a.outbox.counts()["pending"] == 0, what="a's copy released")
+            assert a.outbox.counts()["superseded"] == 2   # ... and a leaves its copies out
+            sims.pagerduty.set_mode("ok")
+            sims.voice.set_mode("ok")
+            wait_for(lambda: b2.outbox.counts()["pending"] == 0, timeout=30, what="b's page")
+            time.sleep(1.0)
+            assert pagerduty_events(sims) == ["trigger"]
+        finally:
+            b2.stop()
+    finally:
+        a.stop()
+
+
 def test_a_peer_that_does_not_answer_is_left_out(sims, tmp_path):
     _, (a, _b) = replicas(sims, tmp_path)  # b never starts
     a.start()
