@@ -7,8 +7,9 @@ STAMP  := $(VENV)/.installed-stamp
 APT_PACKAGES := prometheus prometheus-alertmanager docker-compose victoria-metrics
 PYTEST_ARGS ?=
 ARGS ?=
+SEED ?=
 
-.PHONY: test test-fast demo install system-deps bench aiperf-venv litellm-venv generate check-generated clean
+.PHONY: test test-fast demo chaos install system-deps bench aiperf-venv litellm-venv generate check-generated clean
 
 install: $(STAMP)
 
@@ -68,3 +69,8 @@ generate: install
 
 clean:
 	rm -rf $(VENV) .venv-aiperf .venv-litellm .demo .pytest_cache
+
+# The HA chaos scenario (a few minutes): two Prometheus replicas, three Alertmanager peers, two notifiers, a
+# storm of ~500 alerts and one SIGKILL of each kind; prints its figures. SEED=n replays a run (default: random).
+chaos: install system-deps
+	INFERWATCH_CHAOS_SEED=$(SEED) $(BIN)/pytest -m slow -s -p no:cacheprovider tests/test_ha_chaos.py $(PYTEST_ARGS)

@@ -28,6 +28,9 @@ SOURCES = {
     "triton_collector": "inferwatch Triton collector",
     "gateway": "gateway exporter",
     "notifier": "notifier",
+    "alertmanager": "Alertmanager peers (the alerting path watching itself)",
+    "prometheus": "Prometheus replicas (their own /metrics)",
+    "prometheus_alerts": "Prometheus replicas' firing alerts, read from each one's /federate (HA)",
 }
 # The jobs of the generated Prometheus configuration: the selectors' defaults.
 DEFAULT_JOBS = {
@@ -36,6 +39,9 @@ DEFAULT_JOBS = {
     "triton_collector": "inferwatch-triton",
     "gateway": "inferwatch-gateway",
     "notifier": "inferwatch-notifier",
+    "alertmanager": "inferwatch-alertmanager",
+    "prometheus": "inferwatch-prometheus",
+    "prometheus_alerts": "inferwatch-prometheus-alerts",
 }
 # source -> name prefixes of the series it exposes (dcgm-exporter's DCGM_FI_*/DCGM_EXP_* included).
 METRIC_PREFIXES = {
@@ -44,6 +50,9 @@ METRIC_PREFIXES = {
     "triton_collector": ("inferwatch_triton_",),
     "gateway": ("gateway_",),
     "notifier": ("inferwatch_notifier_",),
+    "alertmanager": ("alertmanager_",),
+    "prometheus": ("prometheus_",),
+    "prometheus_alerts": (),  # ALERTS, Prometheus' own series, with a `replica` label
 }
 # Series Prometheus writes for every target (`up`, `scrape_duration_seconds` ...): any source's selector.
 SCRAPE_SERIES = ("up", "scrape_")

@@ -204,6 +204,9 @@ class Selectors:
     triton_collector: str = _selector("triton_collector")
     gateway: str = _selector("gateway")
     notifier: str = _selector("notifier")
+    alertmanager: str = _selector("alertmanager")
+    prometheus: str = _selector("prometheus")
+    prometheus_alerts: str = _selector("prometheus_alerts")
 
     def of(self, source: str):
         """The parsed Selector of `source` (a key of inferwatch.selectors.SOURCES)."""
@@ -479,7 +482,8 @@ class NotifierSettings:
     bearer_token: Secret | None = field(None, doc="require Authorization: Bearer on POST /alerts")
     basic_auth_user: str = field("")
     basic_auth_password: Secret | None = None
-    max_body_bytes: int = field(1024 * 1024)
+    max_body_bytes: int = field(8 * 1024 * 1024, doc="largest webhook body accepted (413 above); the generated "
+                                "Alertmanager configuration sends at most as many alerts as always fit (max_alerts)")
     max_connections: int = field(512, doc="open client connections to the intake; beyond, the oldest idle are "
                                           "closed (lowered to stay below the file-descriptor limit)")
     header_timeout: Duration = field(_d("10s"), doc="a new connection must send its request head within this")
@@ -629,6 +633,122 @@ class KubernetesSettings:
                             f"got {self.gateway_max_replicas}")
 
 
+# ----------------------------------------------------------------------------------- high availability
+@dataclasses.dataclass
+class PrometheusReplica:
+    """One Prometheus of an HA pair (or more): every replica scrapes the same targets and evaluates the same
+    rules; its `replica` external label tells their series apart and is dropped from the alerts it sends."""
+
+    address: str = field(doc="host:port of this replica's web API (the replicas scrape each other's /federate)")
+    name: str = field("", doc="value of the replica label; default a, b, c ... by position")
+
+
+@dataclasses.dataclass
+class AlertmanagerPeer:
+    """One Alertmanager of the cluster: every Prometheus replica sends to every peer; the peers gossip
+    silences and the notification log, so one of them sends each notification."""
+
+    address: str = field(doc="host:port of this peer's web API (Prometheus sends alerts here)")
+    cluster_address: str = field("", doc="host:port this peer gossips on (--cluster.listen-address); "
+                                         "default: the address's host, port 9094")
+
+    def __post_init__(self) -> None:
+        if not self.cluster_address:
+            self.cluster_address = f"{self.address.rsplit(':', 1)[0]}:9094"
+
+
+REPLICA_NAMES = "abcdefghijklmnopqrstuvwxyz"
+_REPLICA_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"  # a label value that is also safe in a file name
+
+
+@dataclasses.dataclass
+class HighAvailability:
+    """Replicas of the alerting path (README "HA"): Prometheus replicas evaluating the same rules, an
+    Alertmanager cluster, notifier replicas behind one webhook address. Empty lists mean one of each
+    (`targets.prometheus`, `targets.alertmanager`, clustering off), as without this section. The static
+    configuration (deploy/prometheus, deploy/alertmanager) uses the addresses; the compose and Kubernetes
+    outputs use only how many there are."""
+
+    replica_label: str = field("replica", doc="external label naming each Prometheus replica; dropped from "
+                                              "alerts (alert_relabel_configs) so Alertmanager sees one alert")
+    prometheus: list[str | PrometheusReplica] = field(
+        [], doc="the Prometheus replicas: 'host:port' or {address, name}; none = one Prometheus")
+    alertmanager: list[str | AlertmanagerPeer] = field(
+        [], doc="the Alertmanager peers: 'host:port' or {address, cluster_address}; none = one Alertmanager")
+    notifier_replicas: int = field(1, doc="notifier processes receiving webhooks at targets.notifier (one "
+                                          "address: a Service, a DNS name of all of them, or a port they share "
+                                          "on one host with --shared-port); each has its own outbox")
+    peer_timeout: Duration = field(_d("15s"), doc="Alertmanager --cluster.peer-timeout: each peer waits its "
+                                                  "position × this before sending what a peer before it should "
+                                                  "have sent (the longest failover delay of a dead peer)")
+    gossip_interval: Duration = field(_d("200ms"), doc="Alertmanager --cluster.gossip-interval")
+    pushpull_interval: Duration = field(_d("1m"), doc="Alertmanager --cluster.pushpull-interval (full state sync)")
+    settle_timeout: Duration = field(_d("1m"), doc="Alertmanager --cluster.settle-timeout: a (re)started peer "
+                                                   "waits at most this for the cluster's state before it sends")
+    answer_wait: Duration = field(_d("0s"), doc="the notifier holds a webhook's 2xx up to this long while its "
+                                                "messages are sent, so a 2xx usually means 'at the channel', not "
+                                                "only 'on this replica's disk' (README \"HA\"); 0: answer once stored")
+    outbox_due_rows: int = field(100, doc="NotifierOutboxGrowing: a replica's due, unsent notifications above "
+                                          "this and still growing over the rate window")
+    members_for: Duration = field(_d("5m"), doc="`for` of AlertmanagerClusterDegraded (rides out a restart)")
+    disagreement_for: Duration | None = field(None, doc="`for` of PrometheusReplicasDisagree; default 5 "
+                                                        "evaluation intervals")
+
+    def prometheus_replicas(self) -> list[PrometheusReplica]:
+        """The replicas with their names filled in (a, b, c ... where not given)."""
+        out = []
+        for i, r in enumerate(self.prometheus):
+            r = r if isinstance(r, PrometheusReplica) else PrometheusReplica(r)
+            out.append(dataclasses.replace(r, name=r.name or REPLICA_NAMES[i]))
+        return out
+
+    def alertmanager_peers(self) -> list[AlertmanagerPeer]:
+        return [p if isinstance(p, AlertmanagerPeer) else AlertmanagerPeer(p) for p in self.alertmanager]
+
+    @property
+    def alertmanager_count(self) -> int:
+        return max(1, len(self.alertmanager))
+
+    @property
+    def prometheus_count(self) -> int:
+        return max(1, len(self.prometheus))
+
+    def _validate(self, path: str) -> None:
+        import re
+
+        if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", self.replica_label) or self.replica_label.startswith("__"):
+            raise SpecError(f"{path}.replica_label", f"expected a label name, got {self.replica_label!r}")
+        if len(self.prometheus) > len(REPLICA_NAMES):
+            raise SpecError(f"{path}.prometheus", f"expected at most {len(REPLICA_NAMES)} replicas")
+        names: set[str] = set()
+        for i, r in enumerate(self.prometheus_replicas()):
+            if not re.fullmatch(_REPLICA_NAME, r.name):
+                raise SpecError(f"{path}.prometheus[{i}].name", f"expected letters, digits, '_', '.', '-', got "
+                                                                f"{r.name!r}")
+            if r.name in names:
+                raise SpecError(f"{path}.prometheus[{i}].name", f"{r.name!r} names two replicas")
+            names.add(r.name)
+        addresses = [r.address for r in self.prometheus_replicas()]
+        peers = self.alertmanager_peers()
+        for what, field_, seen in (("prometheus", "address", addresses),
+                                   ("alertmanager", "address", [p.address for p in peers]),
+                                   ("alertmanager", "cluster_address", [p.cluster_address for p in peers])):
+            for i, address in enumerate(seen):
+                if not re.fullmatch(r"[^\s:/]+:[0-9]{1,5}", address):
+                    raise SpecError(f"{path}.{what}[{i}].{field_}", f"expected host:port, got {address!r}")
+                if seen.index(address) != i:
+                    raise SpecError(f"{path}.{what}[{i}].{field_}",
+                                    f"{address} is also {what}[{seen.index(address)}]'s")
+        if not 1 <= self.notifier_replicas <= 16:
+            raise SpecError(f"{path}.notifier_replicas", f"expected 1 to 16, got {self.notifier_replicas}")
+        if self.outbox_due_rows < 1:
+            raise SpecError(f"{path}.outbox_due_rows", f"expected at least 1, got {self.outbox_due_rows}")
+        # A webhook held longer than a peer's wait would make the next peer send it too (a duplicate).
+        if self.answer_wait.seconds > min(10.0, self.peer_timeout.seconds / 2):
+            raise SpecError(f"{path}.answer_wait", f"expected at most half of peer_timeout ({self.peer_timeout}) "
+                                                   f"and at most 10s, got {self.answer_wait}")
+
+
 # -------------------------------------------------------------------------------------------- the spec
 @dataclasses.dataclass
 class Spec:
@@ -653,6 +773,7 @@ class Spec:
     routes: list[Route] = field([])
     notifier: NotifierSettings = field(NotifierSettings)
     kubernetes: KubernetesSettings = field(KubernetesSettings)
+    ha: HighAvailability = field(HighAvailability, doc="replicas of Prometheus, Alertmanager and the notifier")
 
     def _validate(self, path: str) -> None:
         if self.version != 1:
@@ -680,6 +801,14 @@ class Spec:
                 if name not in self.channels:
                     raise SpecError(f"routes[{i}].receivers",
                                     f"unknown channel {name!r} (declared: {', '.join(self.channels) or 'none'})")
+        workload = self.kubernetes.workloads.get("notifier")
+        if workload is not None and workload.replicas and self.ha.notifier_replicas > 1 \
+                and workload.replicas != self.ha.notifier_replicas:
+            raise SpecError("kubernetes.workloads.notifier.replicas",
+                            f"{workload.replicas} disagrees with ha.notifier_replicas ({self.ha.notifier_replicas})")
+        if self.ha.replica_label in self.prometheus.external_labels:
+            raise SpecError("ha.replica_label", f"{self.ha.replica_label!r} is also in prometheus.external_labels: "
+                                                "each replica needs its own value")
         for name in self.notifier.unrouted_receivers or []:
             if name not in self.channels:
                 raise SpecError("notifier.unrouted_receivers",

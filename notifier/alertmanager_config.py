@@ -8,6 +8,9 @@ webhook and does routing by layer and delivery. Shape and semantics: research/al
   GPU; L2/L3 batch a storm per model/tenant so chat channels get few, full messages. Each layer has its
   own receiver name (all pointing at the notifier) so `amtool config routes test` shows the layer route.
 - `send_resolved: true`; the bearer token comes from a file (`credentials_file`), never inline.
+- `max_alerts`: the most alerts whose webhook body always fits the notifier's `max_body_bytes`
+  (webhook_size.py); the rest are counted in `truncatedAlerts`, which the notifier shows, instead of a
+  body the notifier would refuse with 413 (which Alertmanager never retries).
 - Alerts labelled `component="notifier"` (NotifierDown, NotifierDeliveryFailing, NotifierDeadLetters) go to
   a fallback receiver that does not pass through the notifier: Alertmanager's own PagerDuty integration
   with `routing_key_file` (a notifier that cannot deliver must still page someone).
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import yaml
 
+from inferwatch.notifier import webhook_size
 from inferwatch.rules.names import ALERTS
 from inferwatch.spec import LAYERS, Spec
 
@@ -49,13 +53,16 @@ def layer_receiver(layer: str) -> str:
     return f"notifier-{layer.lower()}"
 
 
-def _webhook(spec: Spec) -> dict:
-    return {"url": spec.targets.notifier.rstrip("/") + "/alerts", "send_resolved": True, "max_alerts": 0,
+def _webhook(spec: Spec, max_alerts: int) -> dict:
+    return {"url": spec.targets.notifier.rstrip("/") + "/alerts", "send_resolved": True, "max_alerts": max_alerts,
             "http_config": {"authorization": {"type": "Bearer", "credentials_file": spec.notifier.token_file}}}
 
 
-def config(spec: Spec) -> dict:
-    """The Alertmanager configuration as plain data."""
+def config(spec: Spec, max_alerts: int | None = None) -> dict:
+    """The Alertmanager configuration as plain data. `max_alerts` of every webhook: default the most alerts
+    whose body always fits `notifier.max_body_bytes` (webhook_size.max_alerts)."""
+    if max_alerts is None:
+        max_alerts = webhook_size.max_alerts(spec)
     s = spec.notifier
     routes = [{
         "receiver": FALLBACK_RECEIVER,
@@ -70,8 +77,8 @@ def config(spec: Spec) -> dict:
             route.update(group_by=_with_severity(_in_cluster(spec, g.group_by)), group_wait=str(g.group_wait),
                          group_interval=str(g.group_interval), repeat_interval=str(g.repeat_interval))
         routes.append(route)
-    receivers = [{"name": DEFAULT_RECEIVER, "webhook_configs": [_webhook(spec)]}]
-    receivers += [{"name": layer_receiver(layer), "webhook_configs": [_webhook(spec)]} for layer in LAYERS]
+    receivers = [{"name": DEFAULT_RECEIVER, "webhook_configs": [_webhook(spec, max_alerts)]}]
+    receivers += [{"name": layer_receiver(layer), "webhook_configs": [_webhook(spec, max_alerts)]} for layer in LAYERS]
     receivers.append({"name": FALLBACK_RECEIVER, "pagerduty_configs": [{
         "routing_key_file": s.fallback_routing_key_file,
         "url": s.fallback_pagerduty_url,
@@ -133,6 +140,30 @@ def inhibit_rules(spec: Spec) -> list[dict]:
     return rules
 
 
+def cluster_flags(spec: Spec, listen: str, peers: list[str], advertise: str | None = None) -> list[str]:
+    """Alertmanager's clustering flags for one peer of `ha.alertmanager` (its half of the HA configuration;
+    the configuration file is the same for every peer): gossip on `listen`, join every address of `peers`
+    (its own may be among them), the spec's peer timeout and gossip intervals. With no peers configured:
+    clustering off (`--cluster.listen-address=`)."""
+    if len(spec.ha.alertmanager) < 2:
+        return ["--cluster.listen-address="]
+    h = spec.ha
+    flags = [f"--cluster.listen-address={listen}"]
+    if advertise:
+        flags.append(f"--cluster.advertise-address={advertise}")
+    flags += [f"--cluster.peer={p}" for p in peers]
+    return flags + [f"--cluster.peer-timeout={h.peer_timeout}", f"--cluster.gossip-interval={h.gossip_interval}",
+                    f"--cluster.pushpull-interval={h.pushpull_interval}",
+                    f"--cluster.settle-timeout={h.settle_timeout}"]
+
+
+def peer_flags(spec: Spec, index: int) -> list[str]:
+    """Clustering flags of peer `index` as the static configuration runs it (addresses from `ha.alertmanager`)."""
+    peers = spec.ha.alertmanager_peers()
+    me = peers[index]
+    return cluster_flags(spec, me.cluster_address, [p.cluster_address for p in peers], advertise=me.cluster_address)
+
+
 def secret_files(spec: Spec) -> dict[str, tuple[str, str]]:
     """{spec field: (path, what it holds)} for every file the generated configuration makes Alertmanager read
     (tests check that no other `*_file` appears in it and that the README's own-stack steps name each)."""
@@ -149,5 +180,15 @@ def render(spec: Spec) -> str:
     return head + yaml.safe_dump(config(spec), sort_keys=False, default_flow_style=False, width=120)
 
 
+def flags_path(index: int) -> str:
+    return f"deploy/alertmanager/cluster-flags-{index}.txt"
+
+
 def outputs(spec: Spec) -> dict[str, str]:
-    return {PATH: render(spec)}
+    """alertmanager.yml (the same for every peer) and, for a cluster, each peer's clustering flags, one a line
+    (e.g. `prometheus-alertmanager --config.file=... $(cat cluster-flags-0.txt)`)."""
+    files = {PATH: render(spec)}
+    if len(spec.ha.alertmanager) > 1:
+        for i, peer in enumerate(spec.ha.alertmanager_peers()):
+            files[flags_path(i)] = "\n".join(peer_flags(spec, i)) + "\n"
+    return files

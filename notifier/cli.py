@@ -1,6 +1,6 @@
 """`inferwatch notifier`: run the notifier, test routes, inspect and replay the outbox.
 
-  inferwatch notifier [--spec FILE] [--host H] [--port 9410] [--data-dir DIR]
+  inferwatch notifier [--spec FILE] [--host H] [--port 9410] [--data-dir DIR] [--shared-port PORT]
   inferwatch notifier routes test key=value ...     where an alert with these labels goes: the generated
                                                     Alertmanager tree first, then the notifier's routes
   inferwatch notifier outbox list [--all]           pending and dead-lettered deliveries
@@ -30,6 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_service_args(p, DEFAULT_PORT)
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="directory of the SQLite outbox (default: notifier.data_dir from the spec)")
+    p.add_argument("--shared-port", type=int, default=None, metavar="PORT",
+                   help="also accept webhooks on PORT, bound with SO_REUSEPORT: replicas on one host (each with "
+                        "its own --port and --data-dir) share it, and a dead replica's connections go to the "
+                        "others; point targets.notifier at it")
     p.set_defaults(func=run, notifier_command=None)
     nsub = p.add_subparsers(dest="notifier_command", metavar="{routes,outbox}")
 
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.spec:
         # Enrichment hooks (e.g. inferwatch.triage.hook) read the same spec the notifier runs with.
         os.environ.setdefault("INFERWATCH_SPEC", str(Path(args.spec).resolve()))
-    NotifierService(spec, args.data_dir, args.host, args.port).serve_forever()
+    NotifierService(spec, args.data_dir, args.host, args.port, args.shared_port).serve_forever()
     return 0
 
 

@@ -17,7 +17,7 @@ from inferwatch.notifier.routing import UNROUTED_CHANNEL
 OUTCOMES = ("delivered", "retried", "dead_lettered", "superseded", "cancelled")
 # What POST /alerts answered. Everything but accepted/duplicate is a webhook Alertmanager will not retry
 # (4xx) or is retrying (unavailable = 503 while the outbox cannot be written).
-WEBHOOK_OUTCOMES = ("accepted", "duplicate", "unauthorized", "too_large", "malformed", "wrong_endpoint",
+WEBHOOK_OUTCOMES = ("accepted", "duplicate", "stale", "unauthorized", "too_large", "malformed", "wrong_endpoint",
                     "unavailable")
 # Why the server closed a client connection itself (inferwatch/connections.py).
 CLOSE_REASONS = ("connection_cap", "header_timeout", "idle_timeout")
@@ -46,9 +46,9 @@ class NotifierMetrics:
                                 "or dead-lettered with reason unrouted when no channel can take them).",
                                 registry=self.registry)
         self.webhooks = Counter("inferwatch_notifier_webhooks_total",
-                                "Webhooks POSTed to the notifier, by what it answered (accepted, duplicate, or "
-                                "why it refused: unauthorized, too_large, malformed, wrong_endpoint, "
-                                "unavailable).", ["outcome"], registry=self.registry)
+                                "Webhooks POSTed to the notifier, by what it answered (accepted, duplicate, stale: "
+                                "a late copy of a resolved group, or why it refused: unauthorized, too_large, "
+                                "malformed, wrong_endpoint, unavailable).", ["outcome"], registry=self.registry)
         self.repairs = Counter("inferwatch_notifier_webhook_repairs_total",
                                "Changes intake made to keep an alert it could not keep as sent (value_cut, "
                                "entries_dropped, alerts_dropped, invalid_unicode).", ["kind"], registry=self.registry)
@@ -59,6 +59,9 @@ class NotifierMetrics:
                                 "Deliveries whose outcome (sent, failed) is held in memory because the outbox "
                                 "could not be written yet; they are not sent again meanwhile.",
                                 registry=self.registry)
+        self.peer_checks = Counter("inferwatch_notifier_peer_checks_total",
+                                   "Questions to peer replicas about a webhook (replicas.py), by whether the peer "
+                                   "answered in time.", ["outcome"], registry=self.registry)
         self.connections = Gauge("inferwatch_notifier_http_connections", "Open client connections to the intake.",
                                  registry=self.registry)
         self.connections_closed = Counter("inferwatch_notifier_http_connections_closed_total",
@@ -70,6 +73,8 @@ class NotifierMetrics:
             self.repairs.labels(kind)
         for reason in CLOSE_REASONS:
             self.connections_closed.labels(reason)
+        for outcome in ("answered", "unanswered"):
+            self.peer_checks.labels(outcome)
         # An unrouted alert no channel can take is a dead letter of the pseudo-channel "unrouted".
         self.dead_letters.labels(UNROUTED_CHANNEL, "unrouted")
         for ch in channels:
@@ -93,6 +98,7 @@ class _OutboxCollector:
         return [GaugeMetricFamily("inferwatch_notifier_outbox_writable", ""),
                 CounterMetricFamily("inferwatch_notifier_outbox_write_errors", "", labels=["operation"]),
                 GaugeMetricFamily("inferwatch_notifier_outbox_depth", ""),
+                GaugeMetricFamily("inferwatch_notifier_outbox_due", ""),
                 GaugeMetricFamily("inferwatch_notifier_oldest_pending_age_seconds", "")]
 
     def collect(self):
@@ -107,13 +113,17 @@ class _OutboxCollector:
             errors.add_metric([op], self.outbox.write_errors[op])
         yield errors
         depth = GaugeMetricFamily("inferwatch_notifier_outbox_depth", "Deliveries waiting in the outbox.")
+        due = GaugeMetricFamily("inferwatch_notifier_outbox_due", "Deliveries waiting in the outbox that are due "
+                                "now (escalations waiting for their escalate_after not counted): the backlog.")
         age = GaugeMetricFamily("inferwatch_notifier_oldest_pending_age_seconds",
                                 "Age of the oldest due delivery still waiting (0 when none).")
         try:
-            n, oldest = self.outbox.pending_stats()
+            n, n_due, oldest = self.outbox.backlog()
         except Exception:  # a locked or broken outbox must not fail the scrape; the intake reports it
             return
         depth.add_metric([], n)
+        due.add_metric([], n_due)
         age.add_metric([], oldest)
         yield depth
+        yield due
         yield age

@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
 
-from inferwatch.notifier.model import WebhookMessage, message_from_dict
+from inferwatch.notifier.model import WebhookMessage, message_from_dict, parse_time
 from inferwatch.redaction import redact
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS deliveries (
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries(state, channel, next_attempt_at);
 CREATE INDEX IF NOT EXISTS deliveries_group ON deliveries(group_key, state);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);  -- probe() writes here
+-- Alerts reported resolved (per group and fingerprint, the latest endsAt), kept for the dedup window: a
+-- firing notification about an alert instance already reported resolved is stale (stale.py).
+CREATE TABLE IF NOT EXISTS resolutions (group_key TEXT NOT NULL, fingerprint TEXT NOT NULL, ends_at REAL NOT NULL,
+                                        received_at REAL NOT NULL, PRIMARY KEY (group_key, fingerprint));
 """
 
 STATES = ("pending", "delivered", "dead", "superseded", "cancelled")
@@ -139,18 +143,24 @@ class Outbox:
         self.dedup_window_s = dedup_window_s
         self._local = threading.local()
         self._db().executescript(SCHEMA)  # idempotent; executescript manages its own transaction
-        cols = {r["name"] for r in self._db().execute("PRAGMA table_info(deliveries)")}
-        if "requeued_at" not in cols:  # an outbox written by an older version
-            try:
-                self._db().execute("ALTER TABLE deliveries ADD COLUMN requeued_at REAL")
-            except sqlite3.OperationalError as exc:  # another process (the CLI, the service) added it first
-                if "duplicate column" not in str(exc):
-                    raise
+        # Columns an outbox written by an older version lacks.
+        self._add_column("deliveries", "requeued_at", "REAL")
+        self._add_column("messages", "delivery_key", "TEXT")
+        self._db().execute("CREATE INDEX IF NOT EXISTS messages_key ON messages(delivery_key)")
         self._last_prune = 0.0
         self.write_error: str | None = None   # set while writes fail (the last error), None when writable
         self.write_errors: Counter = Counter({op: 0 for op in WRITE_OPERATIONS})
         self._state_lock = threading.Lock()
         self._on_writable: list[Callable[[], None]] = []
+
+    def _add_column(self, table: str, column: str, kind: str) -> None:
+        if column in {r["name"] for r in self._db().execute(f"PRAGMA table_info({table})")}:
+            return
+        try:
+            self._db().execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        except sqlite3.OperationalError as exc:  # another process (the CLI, the service) added it first
+            if "duplicate column" not in str(exc):
+                raise
 
     # ---------------------------------------------------------------------------------- write state
     @property
@@ -300,8 +310,8 @@ class Outbox:
         if seen is not None and now - seen["received_at"] < self.dedup_window_s:
             return False, []
         db.execute("INSERT OR REPLACE INTO intake(key, received_at) VALUES (?, ?)", (key, now))
-        mid = db.execute("INSERT INTO messages(body, received_at) VALUES (?, ?)",
-                         (json.dumps(message.to_json(), ensure_ascii=False), now)).lastrowid
+        mid = db.execute("INSERT INTO messages(body, received_at, delivery_key) VALUES (?, ?, ?)",
+                         (json.dumps(message.to_json(), ensure_ascii=False), now, key)).lastrowid
         ids = []
         for p in planned:
             if p.kind == "escalation" and db.execute(
@@ -312,10 +322,74 @@ class Outbox:
             ids.append(self._insert(db, mid, p, message, now))
         if message.status == "resolved":
             ids += self._resolve_escalations(db, mid, message, now)
+        ended = [(a.fingerprint, parse_time(a.ends_at)) for a in message.resolved]
+        db.executemany("INSERT INTO resolutions(group_key, fingerprint, ends_at, received_at) VALUES (?,?,?,?) "
+                       "ON CONFLICT(group_key, fingerprint) DO UPDATE SET ends_at=MAX(ends_at, excluded.ends_at), "
+                       "received_at=excluded.received_at",
+                       [(message.group_key, fp, end, now) for fp, end in ended if fp and end is not None])
         if now - self._last_prune > 60:
             db.execute("DELETE FROM intake WHERE received_at < ?", (now - self.dedup_window_s,))
+            db.execute("DELETE FROM resolutions WHERE received_at < ?", (now - self.dedup_window_s,))
             self._last_prune = now
         return True, ids
+
+    # ---------------------------------------------------------------------------------- what it saw
+    def seen(self, delivery_key: str, now: float | None = None) -> bool:
+        """Was a webhook with this delivery key accepted within the dedup window?"""
+        now = time.time() if now is None else now
+        row = self._db().execute("SELECT received_at FROM intake WHERE key=?", (delivery_key,)).fetchone()
+        return row is not None and now - row["received_at"] < self.dedup_window_s
+
+    def peer_status(self, items: list[tuple[str, str]], now: float | None = None) -> list[dict]:
+        """For (delivery key, channel) pairs a restarted peer holds: when this replica accepted that key (within
+        the dedup window, else None), whether it delivered it to that channel and whether it still means to
+        (a pending row)."""
+        now = time.time() if now is None else now
+        db = self._db()
+        out = []
+        for key, channel in items:
+            row = db.execute("SELECT received_at FROM intake WHERE key=? AND received_at>=?",
+                             (key, now - self.dedup_window_s)).fetchone()
+            done = db.execute("SELECT 1 FROM messages m JOIN deliveries d ON d.message_id=m.id WHERE "
+                              "m.delivery_key=? AND d.channel=? AND d.state='delivered' LIMIT 1",
+                              (key, channel)).fetchone()
+            pending = db.execute("SELECT 1 FROM messages m JOIN deliveries d ON d.message_id=m.id WHERE "
+                                 "m.delivery_key=? AND d.channel=? AND d.state='pending' LIMIT 1",
+                                 (key, channel)).fetchone()
+            out.append({"accepted_at": row["received_at"] if row else None, "delivered": done is not None,
+                        "pending": pending is not None})
+        return out
+
+    def release(self, items: list[tuple[str, str]], now: float | None = None) -> int:
+        """Finish as superseded this replica's pending rows of (delivery key, channel): a peer that accepted
+        them first sends them. Returns how many rows it finished."""
+        now = time.time() if now is None else now
+
+        def write(db):
+            n = 0
+            for key, channel in items:
+                n += db.execute("UPDATE deliveries SET state='superseded', finished_at=?, last_reason='peer', "
+                                "last_error='sent by a peer replica that accepted it first' WHERE state='pending' "
+                                "AND channel=? AND message_id IN (SELECT id FROM messages WHERE delivery_key=?)",
+                                (now, channel, key)).rowcount
+            return n
+
+        return self._write("record", write)
+
+    def recovered(self, before: float) -> list[tuple[int, str, str, float]]:
+        """(id, delivery key, channel, accepted at) of the rows pending since before `before` (a restart): what
+        this replica had accepted and not delivered when it stopped."""
+        rows = self._db().execute(
+            "SELECT d.id, m.delivery_key, d.channel, m.received_at FROM deliveries d JOIN messages m ON "
+            "m.id=d.message_id WHERE d.state='pending' AND d.created_at<? AND m.delivery_key IS NOT NULL", (before,))
+        return [(r["id"], r["delivery_key"], r["channel"], r["received_at"]) for r in rows]
+
+    def resolutions(self, group_key: str, now: float | None = None) -> dict[str, float]:
+        """{fingerprint: latest endsAt (epoch s)} of the group's alerts reported resolved within the dedup window."""
+        now = time.time() if now is None else now
+        rows = self._db().execute("SELECT fingerprint, ends_at FROM resolutions WHERE group_key=? AND received_at>=?",
+                                  (group_key, now - self.dedup_window_s)).fetchall()
+        return {r["fingerprint"]: r["ends_at"] for r in rows}
 
     @staticmethod
     def _insert(db, mid: int, p: Planned, message: WebhookMessage, now: float, status: str | None = None) -> int:
@@ -334,17 +408,23 @@ class Outbox:
              min(message.alert_count(), SQLITE_INT_MAX), max(now, p.not_before), max(now, p.not_before))).lastrowid
 
     def _resolve_escalations(self, db, mid: int, message: WebhookMessage, now: float) -> list[int]:
+        """Cancel the group's pending escalations and queue a resolve to every channel an escalation may have
+        paged: those delivered, and those already due, which the worker may be sending at this very moment
+        (its "delivered" would then find the row cancelled: a page nobody resolves). A resolve for a page that
+        never went out is harmless (PagerDuty ignores a resolve for a dedup key without an open incident)."""
+        open_escalations = ("group_key=? AND kind='escalation' AND ((state='delivered' AND status='firing' "
+                            "AND last_reason!='resolved') OR (state='pending' AND next_attempt_at<=?))")
+        paged = db.execute(f"SELECT DISTINCT channel, route FROM deliveries WHERE {open_escalations}",
+                           (message.group_key, now)).fetchall()
         db.execute("UPDATE deliveries SET state='cancelled', finished_at=?, last_reason='resolved' "
                    "WHERE group_key=? AND kind='escalation' AND state='pending'", (now, message.group_key))
         ids = []
-        open_escalations = ("group_key=? AND kind='escalation' AND state='delivered' AND status='firing' "
-                            "AND last_reason!='resolved'")
-        for row in db.execute(f"SELECT DISTINCT channel, route FROM deliveries WHERE {open_escalations}",
-                              (message.group_key,)).fetchall():
-            # The escalation paged someone: tell the same channel it is over (PagerDuty: resolve).
+        for row in paged:
+            # The escalation paged (or may be paging) someone: tell the same channel it is over.
             ids.append(self._insert(db, mid, Planned(row["channel"], "escalation", row["route"], now), message, now))
         # Marked, not changed: the row stays delivered, but the group may escalate afresh if it fires again.
-        db.execute(f"UPDATE deliveries SET last_reason='resolved' WHERE {open_escalations}", (message.group_key,))
+        db.execute("UPDATE deliveries SET last_reason='resolved' WHERE group_key=? AND kind='escalation' AND "
+                   "state='delivered' AND status='firing' AND last_reason!='resolved'", (message.group_key,))
         return ids
 
     # --------------------------------------------------------------------------------------- worker
@@ -356,6 +436,17 @@ class Outbox:
             "SELECT * FROM deliveries WHERE state='pending' AND channel=? AND next_attempt_at<=? ORDER BY id LIMIT ?",
             (channel, now, limit + len(exclude))).fetchall()
         return [Delivery(**dict(r)) for r in rows if r["id"] not in exclude][:limit]
+
+    def due_of(self, ids: list[int], now: float) -> list[int]:
+        """Those of `ids` that are pending and due by `now` (what the worker sends at once)."""
+        out: list[int] = []
+        db = self._db()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            out += [r["id"] for r in db.execute(
+                f"SELECT id FROM deliveries WHERE id IN ({','.join('?' * len(chunk))}) AND state='pending' "
+                "AND next_attempt_at<=?", (*chunk, now))]
+        return out
 
     def count_due(self, channel: str, now: float, limit: int) -> int:
         """Due rows of `channel`, counted up to `limit` (bounded work under any backlog)."""
@@ -391,6 +482,12 @@ class Outbox:
                     db.executemany("UPDATE deliveries SET state=?, finished_at=?, attempts=attempts+?, "
                                    "last_reason=?, last_error=? WHERE id=? AND state='pending'",
                                    [(o.state, o.at, tried, o.reason, error, i) for i in o.ids])
+                    if o.state == "delivered":
+                        # An escalation a resolve cancelled while it was being sent did reach its channel: the
+                        # record says so (the resolve was queued with the cancellation).
+                        db.executemany("UPDATE deliveries SET state='delivered', finished_at=?, attempts=attempts+1 "
+                                       "WHERE id=? AND state='cancelled' AND kind='escalation' AND "
+                                       "last_reason='resolved'", [(o.at, i) for i in o.ids])
 
         self._write("record", write)
 
@@ -435,11 +532,12 @@ class Outbox:
         out.update({r["state"]: r["n"] for r in rows})
         return out
 
-    def pending_stats(self, now: float | None = None) -> tuple[int, float]:
-        """(pending deliveries, age in seconds of the oldest pending one that is due)."""
+    def backlog(self, now: float | None = None) -> tuple[int, int, float]:
+        """(pending deliveries, those of them due by now, age in seconds of the oldest due one). A deferred
+        escalation is pending but not due: its created_at is when it falls due."""
         now = time.time() if now is None else now
-        # created_at of a deferred escalation is when it falls due, so it does not look old while it waits.
-        r = self._db().execute("SELECT MIN(COALESCE(requeued_at, created_at)) AS oldest FROM deliveries "
-                               "WHERE state='pending' AND COALESCE(requeued_at, created_at) <= ?", (now,)).fetchone()
+        r = self._db().execute("SELECT COUNT(*) AS n, MIN(COALESCE(requeued_at, created_at)) AS oldest FROM "
+                               "deliveries WHERE state='pending' AND COALESCE(requeued_at, created_at) <= ?",
+                               (now,)).fetchone()
         depth = self._db().execute("SELECT COUNT(*) AS n FROM deliveries WHERE state='pending'").fetchone()["n"]
-        return depth, (now - r["oldest"]) if r["oldest"] else 0.0
+        return depth, r["n"], (now - r["oldest"]) if r["oldest"] else 0.0

@@ -2,13 +2,17 @@
 delivery worker threads, over one outbox.
 
 POST /alerts answers: 200 after the notification is committed to the outbox (group commit, see committer.py)
-or recognised as a redelivery; 400 for what is not an Alertmanager payload at all (the message names the
-field; oversized or badly encoded values are cut or replaced and accepted, see model.py); 401 missing/wrong
+or recognised as a redelivery (by this replica or, with replicas, a peer) or as stale (replicas.py); 400 for
+what is not an Alertmanager payload at all (the message names the field; oversized or badly encoded values
+are cut or replaced and accepted, see model.py); 401 missing/wrong
 credentials; 408 a body slower than `notifier.body_timeout`; 413 body over `notifier.max_body_bytes`; 503
 when the outbox cannot persist — the only 5xx, so Alertmanager (which retries 5xx only) retries exactly when
 we did not keep the alert. Every answer is counted in inferwatch_notifier_webhooks_total{outcome}, and every
 refusal is logged with its reason (one line per reason and field a minute, ratelog.ConditionLog), 404/405
 for a wrong path or method included. /-/ready answers 503 while the outbox cannot be written.
+With ha.answer_wait the 200 waits (that long at most) for the webhook's messages to be sent and says how many
+reached their channel. POST /-/peer/check, /-/peer/delivered and /-/peer/release answer peer replicas
+(replicas.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import base64
 import hmac
 import logging
+import sqlite3
 import sys
 import threading
 import time
@@ -33,6 +38,7 @@ from inferwatch.notifier.intake import plan
 from inferwatch.notifier.metrics import NotifierMetrics
 from inferwatch.notifier.model import PayloadError, Repair, parse_webhook
 from inferwatch.notifier.outbox import Outbox, OutboxError
+from inferwatch.notifier.replicas import CHECK_PATH, DELIVERED_PATH, RELEASE_PATH, Peers, Verdict, stale
 from inferwatch.notifier.routing import Router
 from inferwatch.notifier.worker import DeliveryWorker
 from inferwatch.ratelog import ConditionLog
@@ -74,10 +80,14 @@ class _ServerLog(logging.LoggerAdapter):
 
 
 class NotifierService:
-    def __init__(self, spec: Spec, data_dir: str | Path | None = None, host: str = "127.0.0.1", port: int = 9410):
+    def __init__(self, spec: Spec, data_dir: str | Path | None = None, host: str = "127.0.0.1", port: int = 9410,
+                 shared_port: int | None = None):
         self.spec = spec
         self.host = host
         self.port = port
+        # Also accept on this port, bound with SO_REUSEPORT: notifier replicas on one host share it and the
+        # kernel spreads new connections over the live ones (a killed replica's socket is gone at once).
+        self.shared_port = shared_port
         self.data_dir = Path(data_dir or spec.notifier.data_dir)
         self.outbox = Outbox(self.data_dir / OUTBOX_FILE, dedup_window_s=spec.notifier.dedup_window.seconds)
         self.router = Router(spec)
@@ -95,6 +105,16 @@ class NotifierService:
         self._log = ConditionLog(log)
         self._last_probe = 0.0
         self.accepted = 0
+        self.started_at = time.time()
+        self.peers = self._peers()
+
+    def _peers(self) -> Peers | None:
+        """The other replicas (`targets.notifiers`, this one's own address left out), with ha.notifier_replicas > 1."""
+        if self.spec.ha.notifier_replicas < 2:
+            return None
+        me = f"{self.host}:{self.port}"
+        urls = [f"http://{t.address}" for t in self.spec.targets.exporter_targets("notifiers") if t.address != me]
+        return Peers(urls, self._credentials[0] if self._credentials else None)
 
     def _expected_credentials(self) -> list[str]:
         """Authorization header values we accept (resolved once at start: a missing secret fails start-up)."""
@@ -111,7 +131,10 @@ class NotifierService:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.spec.notifier.max_body_bytes, middlewares=[self._count_http_errors])
         app.add_routes([web.post("/alerts", self.handle_alerts), web.get("/metrics", metrics_handler(self.metrics.registry)),
-                        web.get("/-/healthy", self.handle_health), web.get("/-/ready", self.handle_ready)])
+                        web.get("/-/healthy", self.handle_health), web.get("/-/ready", self.handle_ready),
+                        web.post(CHECK_PATH, self.handle_peer_check),
+                        web.post(DELIVERED_PATH, self.handle_peer_delivered),
+                        web.post(RELEASE_PATH, self.handle_peer_release)])
         return app
 
     @web.middleware
@@ -166,6 +189,12 @@ class NotifierService:
                                 key=str(exc).split(":", 1)[0])
         self._report_repairs(message.group_key, repairs)
         now = time.time()
+        verdict = await self._replica_verdict(message)
+        if verdict.seen:
+            self.metrics.webhooks.labels("duplicate").inc()
+            return web.json_response({"status": "duplicate", "deliveries": 0})
+        if stale(message, verdict.resolved):
+            return await self._stale(message, now)
         unrouted = not self.router.match(message.labels)
         planned = plan(self.spec, self.router, message, now)
         try:
@@ -182,6 +211,7 @@ class NotifierService:
             return web.json_response({"status": "duplicate", "deliveries": 0})
         self.accepted += 1
         self.metrics.webhooks.labels("accepted").inc()
+        waiting = await self._watch(ids, now)
         for p in planned:
             self.worker.wake(p.channel)
         if unrouted:
@@ -198,9 +228,126 @@ class NotifierService:
                               "sent to the catch-all %s", message.group_key, message.labels,
                               ", ".join(p.channel for p in planned) or "(resolved: nothing to say)")
         body = {"status": "accepted", "deliveries": len(ids)}
+        if waiting is not None:
+            body["delivered"] = await self._delivered(waiting)
         if unrouted:
             body["unrouted"] = True
         return web.json_response(body)
+
+    async def _replica_verdict(self, message) -> Verdict:
+        """What this replica's outbox and its peers know of `message` (see replicas.py)."""
+        loop = asyncio.get_running_loop()
+        local = loop.run_in_executor(None, self.outbox.resolutions, message.group_key)
+        verdict = await self.peers.check(message) if self.peers is not None else Verdict()
+        if self.peers is not None and verdict.answered < verdict.asked:
+            self.metrics.peer_checks.labels("unanswered").inc(verdict.asked - verdict.answered)
+        if verdict.answered:
+            self.metrics.peer_checks.labels("answered").inc(verdict.answered)
+        try:
+            verdict.merge(False, await local)
+        except sqlite3.Error:  # an unreadable outbox: the commit below reports it
+            pass
+        return verdict
+
+    async def _stale(self, message, now: float) -> web.Response:
+        """Keep a stale firing notification (auditable, and its retries deduplicated) without delivering it."""
+        try:
+            await asyncio.wrap_future(self.committer.submit(message, [], now))
+        except OutboxError:
+            self.metrics.webhooks.labels("unavailable").inc()
+            return web.json_response({"error": "outbox unavailable, retry"}, status=503)
+        self.metrics.webhooks.labels("stale").inc()
+        self._log.log(f"stale:{message.group_key}", logging.INFO, "not delivered: a firing notification for %s whose "
+                      "alerts were all reported resolved already (an Alertmanager peer's late copy)",
+                      message.group_key[:200])
+        return web.json_response({"status": "stale", "deliveries": 0})
+
+    async def handle_peer_delivered(self, request: web.Request) -> web.Response:
+        """For a restarted peer: of its recovered (delivery key, channel) pairs, when this replica accepted each
+        and whether it delivered it (replicas.py)."""
+        if not self._authorized(request):
+            return self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
+        try:
+            items = [(str(k), str(c)) for k, c in (await request.json())["items"]][:100_000]
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "expected {items: [[delivery_key, channel], ...]}"}, status=400)
+        try:
+            statuses = await asyncio.get_running_loop().run_in_executor(None, self.outbox.peer_status, items)
+        except sqlite3.Error:
+            return web.json_response({"error": "outbox unreadable"}, status=503)
+        return web.json_response({"items": statuses})
+
+    async def handle_peer_release(self, request: web.Request) -> web.Response:
+        """For a restarted peer that accepted these (delivery key, channel) pairs first and sends them: leave
+        this replica's pending copies out (replicas.py)."""
+        if not self._authorized(request):
+            return self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
+        try:
+            items = [(str(k), str(c)) for k, c in (await request.json())["items"]][:100_000]
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "expected {items: [[delivery_key, channel], ...]}"}, status=400)
+        try:
+            released = await asyncio.get_running_loop().run_in_executor(None, self.outbox.release, items)
+        except OutboxError:
+            return web.json_response({"error": "outbox unavailable"}, status=503)
+        if released:
+            log.info("left out %d pending notification(s) a peer replica accepted first and sends", released)
+        return web.json_response({"released": released})
+
+    async def reconcile(self) -> None:
+        """Before delivering what this replica held when it stopped, leave out what a peer took over."""
+        if self.peers is None:
+            return
+        try:
+            rows = self.outbox.recovered(self.started_at)
+            taken = await self.peers.settle(rows)
+            if taken:
+                self.outbox.finish(taken, "superseded", time.time(), "peer",
+                                   "delivered or accepted first by a peer replica")
+        except (sqlite3.Error, OutboxError) as exc:  # fail open: send them (a duplicate rather than a loss)
+            log.warning("could not check recovered notifications with the peer replicas (%s); sending them all", exc)
+            return
+        if taken:
+            for row_id, _key, channel, _at in rows:
+                if row_id in taken:
+                    self.metrics.notifications.labels(channel, "superseded").inc()
+        if rows:
+            log.info("recovered %d pending notification(s); %d taken over by a peer replica (not sent again)",
+                     len(rows), len(taken))
+
+    async def handle_peer_check(self, request: web.Request) -> web.Response:
+        """For a peer replica: did this one accept a webhook with this delivery key, and which of the group's
+        alerts did it see resolved? Same credentials as POST /alerts."""
+        if not self._authorized(request):
+            return self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
+        try:
+            body = await request.json()
+            key, group = str(body["delivery_key"]), str(body["group_key"])
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "expected {delivery_key, group_key}"}, status=400)
+        loop = asyncio.get_running_loop()
+        try:
+            seen = await loop.run_in_executor(None, self.outbox.seen, key)
+            resolved = await loop.run_in_executor(None, self.outbox.resolutions, group)
+        except sqlite3.Error:
+            return web.json_response({"error": "outbox unreadable"}, status=503)
+        return web.json_response({"seen": seen, "resolved": resolved})
+
+    async def _watch(self, ids: list[int], now: float):
+        """With ha.answer_wait: a future for the deliveries sent at once (deferred escalations left out)."""
+        if self.spec.ha.answer_wait.seconds <= 0 or not ids:
+            return None
+        due = await asyncio.get_running_loop().run_in_executor(None, self.outbox.due_of, ids, now)
+        return self.worker.watch(due) if due else None
+
+    async def _delivered(self, waiting) -> int:
+        """How many of the watched deliveries reached their channel within ha.answer_wait (the rest stay in the
+        outbox and are sent as usual: the 2xx then means "stored", as without answer_wait)."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(waiting)),
+                                          self.spec.ha.answer_wait.seconds)
+        except asyncio.TimeoutError:
+            return 0
 
     def _report_repairs(self, group_key: str, repairs: list[Repair]) -> None:
         for r in repairs:
@@ -241,8 +388,13 @@ class NotifierService:
         await site.start()
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
+        if self.shared_port is not None:
+            await web.TCPSite(self._runner, self.host, self.shared_port, backlog=ACCEPT_BACKLOG,
+                              reuse_port=True).start()
 
     async def _stop_http(self) -> None:
+        if self.peers is not None:
+            await self.peers.close()
         if self.guard is not None:
             await self.guard.stop()
         if self._runner is not None:
@@ -255,9 +407,11 @@ class NotifierService:
         async def main():
             self.committer.start()
             await self._start_http()
+            await self.reconcile()
             self.worker.start()
-            log.info("notifier listening on http://%s:%d (outbox %s, channels: %s; at most %d connections)",
-                     self.host, self.port, self.outbox.path, ", ".join(self.channels) or "none",
+            shared = f" and on shared port {self.shared_port}" if self.shared_port is not None else ""
+            log.info("notifier listening on http://%s:%d%s (outbox %s, channels: %s; at most %d connections)",
+                     self.host, self.port, shared, self.outbox.path, ", ".join(self.channels) or "none",
                      self.guard.max_connections)
             if not self._credentials:
                 log.warning("no notifier.bearer_token or basic auth in the spec: POST /alerts accepts anyone")
@@ -291,12 +445,16 @@ class NotifierService:
             started.set()
             self._loop.run_forever()
 
+        def reconcile():
+            asyncio.run_coroutine_threadsafe(self.reconcile(), self._loop).result(30)
+
         self._thread = threading.Thread(target=run, name="notifier-http", daemon=True)
         self._thread.start()
         started.wait(30)
         if errors:
             self.committer.stop()
             raise errors[0]
+        reconcile()
         self.worker.start()
         return self
 

@@ -20,7 +20,9 @@ restart before the write succeeds sends it once more (at-least-once).
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import dataclasses
 import importlib
 import logging
 import random
@@ -52,6 +54,14 @@ COALESCE_SELF_S = 0.5      # ... or when sending the backlog one group at a time
 MAX_IN_FLIGHT = {"chat": 4, "phone": 16}
 SEND_TIME_EWMA = 0.2       # weight of the newest send in the running average of a channel's send time
 IDLE_POLL_S = 1.0          # re-check the outbox at least this often (rows may be added by `outbox retry`)
+FINISHED_MEMORY = 100_000  # outcomes of the most recent deliveries kept for watch() (a send may beat the watch)
+
+
+@dataclasses.dataclass
+class _Watch:
+    left: set[int]
+    delivered: int
+    future: concurrent.futures.Future
 
 
 def backoff_delay(attempts: int, initial_s: float, max_s: float, rng: random.Random) -> float:
@@ -91,6 +101,8 @@ class DeliveryWorker:
         self._pools = {name: concurrent.futures.ThreadPoolExecutor(self._room[name], thread_name_prefix=f"send-{name}")
                        for name in channels}
         self._lock = threading.Lock()
+        self._watches: dict[int, list[_Watch]] = {}  # row id -> webhooks waiting for its first outcome
+        self._finished: collections.OrderedDict[int, bool] = collections.OrderedDict()  # row id -> delivered
         self._in_flight: dict[str, dict[int, str]] = {name: {} for name in channels}  # row id -> group key
         self._sends: dict[str, int] = {name: 0 for name in channels}  # sends in flight
 
@@ -113,6 +125,40 @@ class DeliveryWorker:
         self.sender.close()
         self.recorder.stop(timeout)
         self._enrich_pool.shutdown(wait=False, cancel_futures=True)
+
+    def watch(self, ids: list[int]) -> concurrent.futures.Future:
+        """A future resolved with how many of `ids` were delivered, once each has its first outcome (delivered,
+        failed and retried later, dead-lettered, superseded). For the intake's answer_wait: the answer then
+        says "at the channel" rather than "on disk". Ids must be due now (a deferred escalation never is)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            left = {i for i in ids if i not in self._finished}
+            w = _Watch(left, sum(self._finished.get(i, False) for i in ids), future)
+            for i in left:
+                self._watches.setdefault(i, []).append(w)
+        if not left:
+            future.set_result(w.delivered)
+        return future
+
+    def _outcome(self, name: str, outcome: Outcome) -> None:
+        """Hand `outcome` to the recorder and settle the webhooks waiting for its rows."""
+        self.recorder.put(name, outcome)
+        delivered = outcome.state == "delivered"
+        settled = []
+        with self._lock:
+            for i in outcome.ids:
+                if i not in self._finished:
+                    self._finished[i] = delivered
+                    if len(self._finished) > FINISHED_MEMORY:
+                        self._finished.popitem(last=False)
+                for w in self._watches.pop(i, ()):
+                    w.left.discard(i)
+                    w.delivered += delivered
+                    if not w.left:
+                        settled.append(w)
+        for w in settled:
+            if not w.future.done():
+                w.future.set_result(w.delivered)
 
     def wake(self, channel: str | None = None) -> None:
         for name, ev in self._wake.items():
@@ -211,7 +257,7 @@ class DeliveryWorker:
                 older.append(newest[key])
             newest[key] = r
         for r in older:
-            self.recorder.put(name, Outcome.finished([r.id], "superseded", now, "superseded",
+            self._outcome(name, Outcome.finished([r.id], "superseded", now, "superseded",
                                                      f"by delivery {newest[(r.group_key, r.kind)].id}"))
         if older:
             self.metrics.notifications.labels(name, "superseded").inc(len(older))
@@ -244,7 +290,7 @@ class DeliveryWorker:
         now = self.clock()
         ids = [r.id for r in rows]
         if result.ok:
-            self.recorder.put(name, Outcome.finished(ids, "delivered", now))
+            self._outcome(name, Outcome.finished(ids, "delivered", now))
             self.metrics.notifications.labels(name, "delivered").inc(len(rows))
             # DEBUG: a storm delivers hundreds a second (counted in notifications_total); failures are WARNING.
             log.debug("delivered %d notification(s) (%d alerts) to %s", len(rows), notification.alert_count(), name)
@@ -256,7 +302,7 @@ class DeliveryWorker:
             for r in rows:
                 delay = backoff_delay(r.attempts, s.retry_initial.seconds, s.retry_max.seconds, self.rng)
                 schedule.append((r.id, now + max(delay, result.retry_after or 0.0)))
-            self.recorder.put(name, Outcome.retry(schedule, result.reason, result.detail))
+            self._outcome(name, Outcome.retry(schedule, result.reason, result.detail))
             self.metrics.notifications.labels(name, "retried").inc(len(rows))
             log.warning("delivery to %s failed (%s: %s); %d notification(s) will be retried",
                         name, result.reason, result.detail, len(rows))
@@ -279,7 +325,7 @@ class DeliveryWorker:
         return result
 
     def _dead(self, name: str, rows: list[Delivery], reason: str, detail: str, now: float) -> None:
-        self.recorder.put(name, Outcome.finished([r.id for r in rows], "dead", now, reason, detail))
+        self._outcome(name, Outcome.finished([r.id for r in rows], "dead", now, reason, detail))
         self.metrics.notifications.labels(name, "dead_lettered").inc(len(rows))
         self.metrics.dead_letters.labels(name, reason).inc(len(rows))
         log.error("dead-lettered %d notification(s) for %s (%s: %s); replay with `inferwatch notifier outbox "

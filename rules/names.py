@@ -187,6 +187,14 @@ ALERTS: dict[str, AlertInfo] = {
     "NotifierWebhooksRefused": _info(
         "L1", _W, "The notifier refused webhooks.", ("node", "outcome"), extra=("component",)),
     "NotifierDown": _info("L1", _C, "The notifier cannot be scraped.", SCRAPE, ("job",), extra=("component",)),
+    # The alerting path's replicas (rules/ha.py): warnings, one more failure is not yet an outage.
+    "NotifierOutboxGrowing": _info(
+        "L1", _W, "A notifier replica's backlog of unsent notifications grows.", SCRAPE, extra=("component",)),
+    "AlertmanagerClusterDegraded": _info(
+        "L1", _W, "The Alertmanager cluster has fewer members than configured.", SCRAPE, (), extra=("component",)),
+    "PrometheusReplicasDisagree": _info(
+        "L1", _W, "The Prometheus replicas disagree about which alerts fire.", ("disagreeing_alert",),
+        extra=("component",)),
 }
 
 # Values of the labels alerts take from a fixed set (route matchers on them are checked by `inferwatch check`);
@@ -195,7 +203,7 @@ FIXED_LABEL_VALUES: dict[str, tuple[str, ...]] = {
     "alertname": tuple(ALERTS),
     "layer": LAYERS,
     "severity": tuple(dict.fromkeys(s for info in ALERTS.values() for s in info.severities)),
-    "component": ("notifier",),
+    "component": ("notifier", "alerting"),
     "slo": ("availability", "ttft"),
     "signal": ("error_ratio", "latency", "failure_ratio", "stuck"),
 }

@@ -157,16 +157,16 @@ def send_via(sims: ProviderSimulators, channel: str, body: dict, **notification)
 
 
 @contextlib.contextmanager
-def notifier_behind_alertmanager(tmp_path: Path, grouping: dict[str, list[str]]):
+def notifier_behind_alertmanager(tmp_path: Path, grouping: dict[str, list[str]], **notifier):
     """Yield (sims, notifier service, spec data) with the notifier on the simulators and the spec data set up so
     its generated Alertmanager config posts to that notifier, with the secret files written and groups
-    flushed within seconds (`grouping`: layer -> group_by)."""
+    flushed within seconds (`grouping`: layer -> group_by; `notifier`: more notifier settings)."""
     from inferwatch.notifier.service import NotifierService
 
     sims = ProviderSimulators().start()
     svc = None
     try:
-        data = spec_data(sims)
+        data = spec_data(sims, **notifier)
         svc = NotifierService(spec_from_dict(data), tmp_path / "data", port=0).start()
         (tmp_path / "token").write_text(TOKEN + "\n")
         (tmp_path / "pdkey").write_text(sims.pagerduty.routing_key + "\n")

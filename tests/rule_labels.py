@@ -14,7 +14,8 @@ from promql_labels import Branch, LabelFlow
 # Metric name prefix -> Prometheus job (fixed job names of the generated prometheus.yml).
 JOB_OF_PREFIX = (("nv_", "triton"), ("DCGM_", "inferwatch-gpu"), ("inferwatch_gpu_", "inferwatch-gpu"),
                  ("inferwatch_triton_", "inferwatch-triton"), ("gateway_", "inferwatch-gateway"),
-                 ("inferwatch_notifier_", "inferwatch-notifier"))
+                 ("inferwatch_notifier_", "inferwatch-notifier"), ("alertmanager_", "inferwatch-alertmanager"),
+                 ("process_", "inferwatch-prometheus"), ("ALERTS", "inferwatch-prometheus-alerts"))
 # GPU series as either exporter writes them: the device labels both always write; the host label is
 # `Hostname` (inferwatch, dcgm-exporter up to 4.8.2) or `hostname` (dcgm-exporter from 4.8.3); the driver
 # version is a label row of dcgm-exporter's field list; namespace/pod/container name the pod holding the GPU.
@@ -46,6 +47,9 @@ EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("inferwatch_notifier_notifications_total", ("channel", "outcome"), ()),
     ("inferwatch_notifier_dead_letters_total", ("channel", "reason"), ()),
     ("inferwatch_notifier_", (), ()),
+    ("alertmanager_", (), ()),
+    ("process_", (), ()),
+    ("ALERTS", ("alertname", "alertstate", "replica"), ()),  # federated copies (plus the alert's own labels)
 )
 
 

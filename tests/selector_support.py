@@ -18,6 +18,10 @@ OPERATOR = {
     "triton_collector": 'namespace="monitoring", service="inferwatch-triton-collector"',
     "gateway": 'namespace="monitoring", service="inferwatch-gateway"',
     "notifier": 'namespace="monitoring", service="inferwatch-notifier"',
+    # kube-prometheus-stack's own Services in front of its Alertmanager and Prometheus pods.
+    "alertmanager": 'namespace="monitoring", service="kube-prometheus-stack-alertmanager"',
+    "prometheus": 'namespace="monitoring", service="kube-prometheus-stack-prometheus"',
+    "prometheus_alerts": 'job="monitoring/prometheus-federated-alerts"',
 }
 
 

@@ -225,9 +225,10 @@ def test_targets_are_scraped_under_the_selectors(stack, spec_data):
     when those are the selectors), and the GPU's namespace/pod variables offer the pod holding the GPU."""
     spec = spec_from_dict(spec_data)
     up = _query(stack, "up")["data"]["result"]
-    assert len(up) == 4  # Triton, collector, GPU exporter, gateway
+    # Triton, collector, GPU exporter, gateway; the alerting path's own Alertmanager and Prometheus
+    assert len(up) == 6, up
     assert {s["metric"].get("cluster") for s in up} == ({CLUSTER} if spec.cluster.enabled else {None})
-    for source in ("gpu", "triton", "triton_collector", "gateway"):
+    for source in ("gpu", "triton", "triton_collector", "gateway", "alertmanager", "prometheus"):
         picked = [s["metric"] for s in up if spec.selectors.of(source).matches(s["metric"])]
         assert len(picked) == 1, (source, up)
     gpu = dashboards(spec)["gpu"]

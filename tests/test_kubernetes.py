@@ -184,7 +184,10 @@ EXPECTED_JOBS = {  # monitor name -> the job its series get (the selectors' defa
     ("ServiceMonitor", "inferwatch-triton-collector"): "inferwatch-triton",
     ("ServiceMonitor", "inferwatch-gateway"): "inferwatch-gateway",
     ("ServiceMonitor", "inferwatch-notifier"): "inferwatch-notifier",
+    ("ServiceMonitor", "inferwatch-alertmanager"): "inferwatch-alertmanager",  # the operator's own pods
+    ("ServiceMonitor", "inferwatch-prometheus"): "inferwatch-prometheus",
 }
+OPERATED = {"inferwatch-alertmanager", "inferwatch-prometheus", "inferwatch-prometheus-alerts"}
 
 
 def _endpoints(monitor: dict) -> list[dict]:
@@ -209,8 +212,8 @@ def test_every_monitor_sets_the_job_the_rules_select(objects, spec):
 def test_monitors_select_the_pods_they_scrape(objects):
     services = {d["metadata"]["name"]: d for d in by_kind(objects, "Service")}
     for monitor in by_kind(objects, "ServiceMonitor"):
-        if monitor["metadata"]["name"] == "inferwatch-triton-server":
-            continue  # selects the user's Triton Service (test below)
+        if monitor["metadata"]["name"] == "inferwatch-triton-server" or monitor["metadata"]["name"] in OPERATED:
+            continue  # selects the user's Triton Service (test below), or kube-prometheus-stack's (test_ha_outputs)
         selected = [s for s in services.values() if not s["spec"].get("clusterIP") == "None"
                     and monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
         assert len(selected) == 1, monitor["metadata"]["name"]
@@ -628,7 +631,10 @@ def test_readme_dcgm_exporter_variant_renders_and_validates(readme_k8s, tmp_path
         (base / name).write_text(text)
     objects = render(base)
     assert not by_kind(objects, "DaemonSet") and not by_kind(objects, "PodMonitor")
-    assert len(by_kind(objects, "ServiceMonitor")) == 4  # Triton, collector, gateway, notifier
+    monitors = sorted(m["metadata"]["name"] for m in by_kind(objects, "ServiceMonitor"))
+    # Triton, collector, gateway, notifier, and the alerting path's own Alertmanager and Prometheus
+    assert monitors == ["inferwatch-alertmanager", "inferwatch-gateway", "inferwatch-notifier", "inferwatch-prometheus",
+                        "inferwatch-triton-collector", "inferwatch-triton-server"]
     (rule,) = by_kind(objects, "PrometheusRule")
     exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
     assert any('DCGM_FI_DEV_GPU_TEMP{job="nvidia-dcgm-exporter"}' in e for e in exprs)

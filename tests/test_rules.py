@@ -136,7 +136,8 @@ def test_prometheusrule_manifest_holds_the_same_groups(files):
 def test_prometheus_config_jobs_and_node_labels(files, tmp_path):
     config = yaml.safe_load(files[PROMETHEUS_CONFIG])
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
-    assert set(jobs) == {"triton", "inferwatch-triton", "inferwatch-gpu", "inferwatch-gateway", "inferwatch-notifier"}
+    assert set(jobs) == {"triton", "inferwatch-triton", "inferwatch-gpu", "inferwatch-gateway", "inferwatch-notifier",
+                         "inferwatch-alertmanager", "inferwatch-prometheus"}
     for job in jobs.values():
         for static in job["static_configs"]:
             assert static["labels"]["node"], job["job_name"]

@@ -15,6 +15,7 @@ import yaml
 from inferwatch.rules.generate import outputs
 from inferwatch.rules.metricrefs import metric_names, rule_metric_names
 from inferwatch.spec import load_spec, spec_from_dict
+from inferwatch.testing.alertmanager import start_alertmanager
 from inferwatch.testing.process import ManagedProcess, StackError, free_port, http_ok
 from inferwatch.traffic import infer_classifier
 
@@ -27,8 +28,11 @@ SOURCES = {
     "collector": ("inferwatch.exporters.triton.cli", ("inferwatch_triton_",)),
     "gateway": ("inferwatch.exporters.gateway.cli", ("gateway_",)),
     "notifier": ("inferwatch.notifier.cli", ("inferwatch_notifier_",)),
+    # The alerting path watching itself (rules/ha.py): a clustered Alertmanager; process_* is every Go
+    # program's client_golang process collector, Prometheus' own as well as Alertmanager's.
+    "alertmanager": (None, ("alertmanager_", "process_")),
 }
-BUILTIN = {"up"}
+BUILTIN = {"up", "ALERTS"}  # ALERTS: the series Prometheus writes for its own alerting rules
 # Series only dcgm-exporter exposes (the GPU rules read them where it is the GPU source; see rules/gpu.py and the
 # dcgm-exporter cases of tests/test_rules_selectors.py): its exporter-owned XID count per code over a window,
 # a row of its field list (DCGM_EXP_XID_ERRORS_COUNT, dcgm-exporter internal/pkg/counters/const.go).
@@ -121,6 +125,13 @@ def live(triton, tmp_path_factory):
             port = free_port()
             start("notifier", ["notifier", "--spec", str(notifier_spec), "--port", str(port),
                                "--data-dir", str(work / "outbox")], port)
+        config = work / "alertmanager.yml"
+        config.write_text("route: {receiver: none}\nreceivers: [{name: none}]\n")
+        cluster = f"127.0.0.1:{free_port()}"  # a cluster of one: its cluster metrics exist
+        am = start_alertmanager(work, config, cluster=[f"--cluster.listen-address={cluster}",
+                                                       f"--cluster.advertise-address={cluster}"])
+        procs.append(am.process)
+        found["alertmanager"] = f"127.0.0.1:{am.port}"
         for _ in range(3):
             assert infer_classifier(triton.url, batch=2)
         yield found
@@ -186,7 +197,8 @@ def test_generated_config_and_rules_run_in_prometheus_without_failures(live, tri
     prom.wait_for('count(up == 1)', timeout=60,
                   predicate=lambda r: int(float(r[0]["value"][1])) == len(expected_jobs))
     up = prom.query("up")
-    assert {s["metric"]["job"] for s in up} == expected_jobs
+    # The alerting path's own jobs scrape an Alertmanager and a Prometheus this test does not run (up 0).
+    assert {s["metric"]["job"] for s in up} == expected_jobs | {"inferwatch-alertmanager", "inferwatch-prometheus"}
     assert all(s["metric"].get("node") for s in up)
     for _ in range(5):
         infer_classifier(triton.url, batch=2)

@@ -7,6 +7,8 @@ own parser)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 import subprocess
 
@@ -19,7 +21,7 @@ from inferwatch.rules.generate import PROMETHEUS_RULE, RULES_DIR, outputs
 from inferwatch.rules.metricrefs import template_queries
 from inferwatch.rules.promconfig import prometheus_config, scrape_jobs, unmatched_selectors
 from inferwatch.selectors import DEFAULT_JOBS, SCRAPE_SERIES, SOURCES, Matcher, SelectorError, parse, source_of
-from inferwatch.spec import Spec, SpecError, spec_from_dict
+from inferwatch.spec import PrometheusReplica, Spec, SpecError, spec_from_dict
 from inferwatch.triage.engine import triage_alert
 from inferwatch.triage.evidence import load_runbooks
 from inferwatch.triage.sources import QueryResult
@@ -28,9 +30,9 @@ from test_rules import promtool
 
 SELECTOR_SETS = {"default": None, "operator": OPERATOR}
 _OPS = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
-# Alertmanager's and Prometheus' own series (the NotifierDown page reads Alertmanager's webhook failures):
-# scraped under whatever job a site gives them, not a source inferwatch selects.
-MONITORING_SELF = ("alertmanager_", "prometheus_")
+# Series every process of a client library exposes (Go's and Python's process and runtime collectors,
+# Prometheus' dialer): like `up`, they need some source's selector.
+PROCESS_SERIES = ("process_", "go_", "net_conntrack_")
 
 
 @pytest.fixture(scope="module", params=list(SELECTOR_SETS))
@@ -122,19 +124,20 @@ def vector_selectors(node) -> list:
 
 def unselected(expr: str, spec: Spec) -> list[str]:
     """'<metric>: ...' for every selector in `expr` of a source's series that lacks one of the source's
-    matchers; Prometheus' own per-target series (`up`, `scrape_*`) need some source's."""
+    matchers; Prometheus' own per-target series (`up`, `scrape_*`) and per-process ones (PROCESS_SERIES) need
+    some source's."""
     problems = []
     wanted = {s: set(spec.selectors.of(s).matchers) for s in SOURCES}
     for vs in vector_selectors(pp.parse(expr)):
         have = {Matcher(m.name, _OPS[str(m.op).rsplit(".", 1)[-1]], m.value) for m in vs.matchers.matchers}
         name = vs.name or ""
-        if name == "up" or name.startswith(SCRAPE_SERIES[1]):
+        if name == "up" or name.startswith((SCRAPE_SERIES[1], *PROCESS_SERIES)):
             if not any(w <= have for w in wanted.values()):
                 problems.append(f"{name}: selects no source's targets ({sorted(map(str, have))})")
             continue
         source = source_of(name)
         if source is None:
-            if ":" not in name and name != "ALERTS" and not name.startswith(MONITORING_SELF):
+            if ":" not in name and name != "ALERTS":
                 problems.append(f"{name}: not a series of any source nor a recorded one")
             continue
         missing = wanted[source] - have
@@ -245,6 +248,9 @@ def test_with_operator_selectors_no_default_job_is_left():
 
 # ------------------------------------------------------------------------- what the generators scrape
 def test_the_generated_scrape_config_gives_each_source_what_its_selector_picks(spec, tmp_path):
+    # Two Prometheus replicas: the federated-alerts job exists only with replicas.
+    spec = dataclasses.replace(spec, ha=dataclasses.replace(spec.ha, prometheus=[
+        PrometheusReplica("prom-a:9090", "a"), PrometheusReplica("prom-b:9090", "b")]))
     jobs = scrape_jobs(spec)
     assert {source for source, _job in jobs} == set(SOURCES)
     for source, job in jobs:
@@ -266,7 +272,8 @@ def test_kubernetes_monitors_write_the_labels_the_selectors_ask_for(spec):
 
     sources = {"inferwatch-gpu-exporter": "gpu", "inferwatch-triton-server": "triton",
                "inferwatch-triton-collector": "triton_collector", "inferwatch-gateway": "gateway",
-               "inferwatch-notifier": "notifier"}
+               "inferwatch-notifier": "notifier", "inferwatch-alertmanager": "alertmanager",
+               "inferwatch-prometheus": "prometheus", "inferwatch-prometheus-alerts": "prometheus_alerts"}
     for monitor in monitors(spec):
         source = sources[monitor["metadata"]["name"]]
         endpoints = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]

@@ -104,6 +104,14 @@ CONDITION = {
                                           {"outbox_writable": 0}, {"outbox_writable": 1}),
     "NotifierWebhooksRefused": Condition({"node": "node-a", "outcome": "unauthorized"}, {"refused_recent": 2},
                                          {"refused_recent": 0}),
+    # The alerting path's replicas ---------------------------------------------------------------------
+    "NotifierOutboxGrowing": Condition({"job": "inferwatch-notifier", "instance": "n:9410", "node": "node-a"},
+                                       {"outbox_due": 500, "due_growth_per_second": 2}, {"outbox_due": 50}),
+    "AlertmanagerClusterDegraded": Condition(
+        {}, {"peers_configured": 3, "peers_answering": 2, "fewest_members_seen": 2},
+        {"peers_answering": 3, "fewest_members_seen": 3}),
+    "PrometheusReplicasDisagree": Condition({"disagreeing_alert": "GpuLost"}, {"disagreeing_alerts": 1},
+                                            {"disagreeing_alerts": 0}),
 }
 
 F = FindingCase
@@ -300,6 +308,17 @@ FINDINGS = {
     ("NotifierWebhooksRefused", "body-too-large"): F({"refused_too_large": 1}, {"refused_too_large": 0}),
     ("NotifierWebhooksRefused", "foreign-sender"): F({"refused_other": 3, "alertmanager_webhook_failures": 0},
                                                      {"refused_other": 0}),
+    ("NotifierOutboxGrowing", "channel-failing"): F({"send_failures_per_second": 0.5}, {"send_failures_per_second": 0}),
+    ("NotifierOutboxGrowing", "rate-limited"): F({"rate_limited_per_second": 0.3}, {"rate_limited_per_second": 0}),
+    ("NotifierOutboxGrowing", "storm"): F({"send_failures_per_second": 0, "webhooks_per_second": 20},
+                                          {"webhooks_per_second": 0.5}),
+    ("AlertmanagerClusterDegraded", "peer-down"): F({}, {"peers_answering": 3}),
+    ("AlertmanagerClusterDegraded", "split-brain"): F({"peers_answering": 3}, {"peers_answering": 2}),
+    ("PrometheusReplicasDisagree", "configuration-differs"): F({"rules_difference": 3, "reload_failures": 0},
+                                                               {"rules_difference": 0, "reload_failures": 0}),
+    ("PrometheusReplicasDisagree", "targets-reached-differently"): F({"dial_failure_difference": 0.5},
+                                                                     {"dial_failure_difference": 0}),
+    ("PrometheusReplicasDisagree", "replica-overloaded"): F({"missed_evaluations": 0.1}, {"missed_evaluations": 0}),
 }
 
 # Findings that are about absence itself: (alert, cause) -> the value whose absence they report (True: the

@@ -87,4 +87,10 @@ def outputs(spec: Spec) -> dict[str, str]:
              for name, docs in documents(spec).items()}
     resources = sorted(PurePosixPath(p).name for p in [*files, PROMETHEUS_RULE])
     files[f"{OUT_DIR}/kustomization.yaml"] = kustomization(spec, resources)
+    # Not a resource of the base: the values of the chart that runs Prometheus and Alertmanager.
+    files[f"{OUT_DIR}/{monitoring.VALUES_FILE}"] = (
+        HEADER + f"# Values for kube-prometheus-stack (helm upgrade --install kube-prometheus-stack "
+                 f"prometheus-community/kube-prometheus-stack\n#   -n {spec.prometheus.kubernetes_namespace} "
+                 f"-f {OUT_DIR}/{monitoring.VALUES_FILE}): replicas and clustering from the spec's `ha` section.\n"
+        + dump(monitoring.stack_values(spec)))
     return files

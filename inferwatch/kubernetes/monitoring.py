@@ -18,7 +18,8 @@ import re
 from inferwatch.kubernetes.specfile import cluster_spec, notifier_url, secret_refs
 from inferwatch.kubernetes.workloads import COMPONENTS, NOTIFIER_SECRET, metadata, selector_labels
 from inferwatch.notifier import alertmanager_config
-from inferwatch.rules.promconfig import job_name
+from inferwatch.notifier.webhook_size import scrape_limits
+from inferwatch.rules.promconfig import FEDERATED_ALERTS, FEDERATION_INSTANCE, job_name
 from inferwatch.spec import Spec
 
 MONITORING = "monitoring.coreos.com/v1"
@@ -89,11 +90,50 @@ def collector_service_monitor(spec: Spec) -> dict:
 
 
 def monitors(spec: Spec) -> list[dict]:
-    """A monitor per source; none for the GPU when inferwatch's GPU exporter is not deployed
-    (`kubernetes.gpu_exporter: false`: dcgm-exporter's own monitor scrapes the GPUs)."""
+    """A monitor per source, and the alerting components' own (alerting_monitors); none for the GPU when
+    inferwatch's GPU exporter is not deployed (`kubernetes.gpu_exporter: false`: dcgm-exporter's own monitor
+    scrapes the GPUs). Each carries the label limits that bound a webhook's size (with_label_limits)."""
     gpu = [gpu_pod_monitor(spec)] if spec.kubernetes.gpu_exporter else []
-    return gpu + [triton_service_monitor(spec), collector_service_monitor(spec),
-                  service_monitor(spec, "gateway", "metrics"), service_monitor(spec, "notifier", "http")]
+    found = [*gpu, triton_service_monitor(spec), collector_service_monitor(spec),
+             service_monitor(spec, "gateway", "metrics"), service_monitor(spec, "notifier", "http"),
+             *alerting_monitors(spec)]
+    return [with_label_limits(m) for m in found]
+
+
+def with_label_limits(monitor: dict) -> dict:
+    """The label limits of the static configuration (notifier/webhook_size.py) on a monitor: the bound that
+    keeps every webhook body within the notifier's max_body_bytes."""
+    limits = scrape_limits(federation=monitor["metadata"]["name"] == FEDERATION_MONITOR)
+    monitor["spec"].update(labelLimit=limits["label_limit"], labelNameLengthLimit=limits["label_name_length_limit"],
+                           labelValueLengthLimit=limits["label_value_length_limit"])
+    return monitor
+
+
+# The Services the Prometheus Operator puts in front of the pods of each Alertmanager and Prometheus it runs.
+OPERATED = {"alertmanager": {"operated-alertmanager": "true"}, "prometheus": {"operated-prometheus": "true"}}
+FEDERATION_MONITOR = "inferwatch-prometheus-alerts"
+
+
+def alerting_monitors(spec: Spec) -> list[dict]:
+    """kube-prometheus-stack's Alertmanager peers (source `alertmanager`) and Prometheus replicas (source
+    `prometheus`, and `prometheus_alerts`: each replica's firing alerts from /federate), labelled for the
+    spec's selectors of those sources as the static configuration scrapes them, for the replica alerts (rules/ha.py). `replica` is the pod's name,
+    the value the operator gives each replica's external label (`replicaExternalLabelName`)."""
+    replica = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_name"],
+               "targetLabel": spec.ha.replica_label}
+    out = []
+    jobs = [
+            ("inferwatch-alertmanager", "alertmanager", {}, [*_selected(spec, "alertmanager"), NODE]),
+            ("inferwatch-prometheus", "prometheus", {}, [*_selected(spec, "prometheus"), NODE, replica]),
+            (FEDERATION_MONITOR, "prometheus",
+             {"path": "/federate", "honorLabels": True, "params": {"match[]": [FEDERATED_ALERTS]}},
+             [*_selected(spec, "prometheus_alerts"), replica,
+              {"action": "replace", "targetLabel": "instance", "replacement": FEDERATION_INSTANCE}])]
+    for name, kind, extra, relabel in (jobs if spec.ha.prometheus_count > 1 else jobs[:2]):
+        endpoint = {**_endpoint(spec, "web", relabel), **extra}
+        out.append({"apiVersion": MONITORING, "kind": "ServiceMonitor", "metadata": _monitor_labels(spec, name, kind),
+                    "spec": {"selector": {"matchLabels": dict(OPERATED[kind])}, "endpoints": [endpoint]}})
+    return out
 
 
 # ---------------------------------------------------------------------------------- AlertmanagerConfig
@@ -169,6 +209,30 @@ def alertmanager_config_object(spec: Spec) -> dict:
             "metadata": _monitor_labels(spec, "inferwatch", "notifier"),
             "spec": {"route": route, "receivers": [_receiver(spec, r) for r in am["receivers"]],
                      "inhibitRules": inhibit}}
+
+
+# ------------------------------------------------------------------------------- kube-prometheus-stack
+VALUES_FILE = "kube-prometheus-stack-values.yaml"
+
+
+def stack_values(spec: Spec) -> dict:
+    """Helm values for kube-prometheus-stack: its Prometheus and Alertmanager as many and as clustered as the
+    spec's `ha` section says (the operator drops the replica label from alerts and clusters the peers
+    itself), taking inferwatch's AlertmanagerConfig without a namespace matcher, and Grafana loading the
+    dashboards."""
+    h = spec.ha
+    alertmanager: dict = {"replicas": h.alertmanager_count,
+                          "alertmanagerConfigSelector": {"matchLabels": dict(spec.prometheus.kubernetes_labels)},
+                          "alertmanagerConfigMatcherStrategy": {"type": "None"}}
+    if h.alertmanager_count > 1:
+        alertmanager.update(clusterPeerTimeout=str(h.peer_timeout), clusterGossipInterval=str(h.gossip_interval),
+                            clusterPushpullInterval=str(h.pushpull_interval))
+    prometheus = {"replicas": h.prometheus_count, "replicaExternalLabelName": h.replica_label}
+    return {"prometheus": {"prometheusSpec": prometheus},
+            "alertmanager": {"alertmanagerSpec": alertmanager},
+            "grafana": {"sidecar": {"dashboards": {"enabled": True, "label": next(iter(DASHBOARD_LABEL)),
+                                                   "labelValue": DASHBOARD_LABEL[next(iter(DASHBOARD_LABEL))],
+                                                   "searchNamespace": "ALL"}}}}
 
 
 # ------------------------------------------------------------------------------------ dashboards

@@ -33,6 +33,17 @@ def notifier_url(spec: Spec) -> str:
     return service_url(spec, "inferwatch-notifier", NOTIFIER_PORT)
 
 
+def notifier_pods(spec: Spec) -> list[str]:
+    """Each notifier replica's own address (StatefulSet pod DNS through the headless Service), for the
+    replicas to ask each other (notifier/replicas.py); none with one replica."""
+    from inferwatch.kubernetes.workloads import notifier_replicas
+
+    n = notifier_replicas(spec)
+    ns = spec.prometheus.kubernetes_namespace
+    return ([f"inferwatch-notifier-{i}.inferwatch-notifier-headless.{ns}.svc:{NOTIFIER_PORT}" for i in range(n)]
+            if n > 1 else [])
+
+
 def triton_url(spec: Spec) -> str:
     t = spec.kubernetes.triton
     return f"http://{t.service}.{t.namespace}.svc:{t.http_port}"
@@ -51,26 +62,27 @@ def cluster_spec(spec: Spec) -> Spec:
         spec.targets, triton=[triton],
         prometheus=k.prometheus_url or f"http://prometheus-operated.{ns}.svc:9090",
         alertmanager=k.alertmanager_url or f"http://alertmanager-operated.{ns}.svc:9093",
-        notifier=notifier_url(spec), gpu_exporters=[], triton_collectors=[], gateways=[], notifiers=[])
+        notifier=notifier_url(spec), gpu_exporters=[], triton_collectors=[], gateways=[],
+        notifiers=notifier_pods(spec))
     notifier = dataclasses.replace(spec.notifier, data_dir=OUTBOX_DIR)
-    return _references(dataclasses.replace(spec, targets=targets, notifier=notifier))
+    return with_references(dataclasses.replace(spec, targets=targets, notifier=notifier))
 
 
 def _env_name(path: str) -> str:
     return "INFERWATCH_" + re.sub(r"[^A-Za-z0-9]+", "_", path).strip("_").upper()
 
 
-def _references(value: Any) -> Any:
+def with_references(value: Any) -> Any:
     """A copy of `value` in which every inline Secret is an environment reference."""
     if isinstance(value, Secret):
         return Secret(env=_env_name(value.path), path=value.path) if value.literal is not None else value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: _references(getattr(value, f.name))
+        return dataclasses.replace(value, **{f.name: with_references(getattr(value, f.name))
                                              for f in dataclasses.fields(value) if f.init})
     if isinstance(value, list):
-        return [_references(v) for v in value]
+        return [with_references(v) for v in value]
     if isinstance(value, dict):
-        return {k: _references(v) for k, v in value.items()}
+        return {k: with_references(v) for k, v in value.items()}
     return value
 
 

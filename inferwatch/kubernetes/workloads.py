@@ -192,9 +192,17 @@ def triton_collector(spec: Spec, spec_text: str, refs: SecretRefs) -> list[dict]
     return [deployment, service(spec, component, {"metrics": port})]
 
 
+def notifier_replicas(spec: Spec) -> int:
+    """The notifier StatefulSet's replicas: `kubernetes.workloads.notifier.replicas` when set, else
+    `ha.notifier_replicas` (Spec validation refuses the two set differently)."""
+    given = spec.kubernetes.workloads.get("notifier")
+    return given.replicas if given is not None and given.replicas else spec.ha.notifier_replicas
+
+
 def notifier(spec: Spec, spec_text: str, refs: SecretRefs) -> list[dict]:
     k = spec.kubernetes
     component, (name, port, _source) = "notifier", COMPONENTS["notifier"]
+    replicas = notifier_replicas(spec)
     env = [{"name": "INFERWATCH_SPEC", "value": SPEC_PATH}, *_secret_env(NOTIFIER_SECRET, refs)]
     main = container(spec, component, ["notifier", "--spec", SPEC_PATH, "--host", "0.0.0.0", "--port", str(port),
                                        "--data-dir", OUTBOX_DIR],
@@ -207,15 +215,26 @@ def notifier(spec: Spec, spec_text: str, refs: SecretRefs) -> list[dict]:
              "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": k.notifier_storage}}}}
     if k.storage_class:
         claim["spec"]["storageClassName"] = k.storage_class
+    extra: dict = {"terminationGracePeriodSeconds": 30}
+    if replicas > 1:
+        # Replicas on different nodes: a node's loss takes one outbox, not the webhook address.
+        extra["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                               "whenUnsatisfiable": "ScheduleAnyway",
+                                               "labelSelector": {"matchLabels": selector_labels(component)}}]
     statefulset = {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(spec, name, component),
-        "spec": {"serviceName": f"{name}-headless", "replicas": k.workload(component).replicas,
+        "spec": {"serviceName": f"{name}-headless", "replicas": replicas,
                  "selector": {"matchLabels": selector_labels(component)},
                  # Keep the outbox when the StatefulSet is scaled down or deleted: it may hold undelivered pages.
                  "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
-                 "template": pod_template(spec, spec_text, component, main, secret=secret,
-                                          terminationGracePeriodSeconds=30),
+                 "template": pod_template(spec, spec_text, component, main, secret=secret, **extra),
                  "volumeClaimTemplates": [claim]},
     }
-    return [statefulset, service(spec, component, {"http": port}),
-            service(spec, component, {"http": port}, name=f"{name}-headless", headless=True)]
+    out = [statefulset, service(spec, component, {"http": port}),
+           service(spec, component, {"http": port}, name=f"{name}-headless", headless=True)]
+    if replicas > 1:
+        # A drain takes one replica at a time: the Service keeps answering Alertmanager through the others.
+        out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": metadata(spec, name, component),
+                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(component)}}})
+    return out

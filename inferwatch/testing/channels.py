@@ -8,6 +8,7 @@ server on one loopback port serves all four; each provider keeps its own state a
   "hang"        hold the request for `hang_s` seconds (a provider that stops answering), then 503
   "rate_limit"  the provider's throttling answer (429, or WeCom errcode 45009)
   "bad_key"     the provider's answer to a wrong key/URL
+`latency_s` makes a provider answer that much later (a slow one that still accepts).
 Size limits are attributes a test may lower, to play a provider that measures more strictly than it
 documents: `SlackSim.max_total_chars` (`msg_blocks_too_long`), `WeComSim.max_markdown_bytes` /
 `max_text_bytes` (errcode 40058), `PagerDutySim.max_event_bytes` (400 "Event object is too large");
@@ -55,6 +56,7 @@ class _Provider:
 
     def __init__(self):
         self.mode = "ok"
+        self.latency_s = 0.0
         self.hang_s = 30.0
         self.received: list[Received] = []
         self.attempts = 0            # every request, accepted or not
@@ -65,6 +67,7 @@ class _Provider:
     def reset(self) -> None:
         """Mode "ok" and the provider's documented limits (subclasses restore theirs)."""
         self.mode = "ok"
+        self.latency_s = 0.0  # a slow provider that still answers: every request waits this long first
 
     def set_mode(self, mode: str, hang_s: float | None = None) -> None:
         if mode not in MODES:
@@ -91,6 +94,8 @@ class _Provider:
     async def _gate(self) -> str | None:
         """Common failure modes; returns the mode to answer with, or None to proceed normally."""
         self.attempts += 1
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
         if self.mode == "hang":
             self.in_flight.set()
             try:
@@ -387,6 +392,14 @@ class ProviderSimulators:
         """Every provider back to mode "ok" and its documented limits."""
         for p in self.providers:
             p.reset()
+
+    def clear(self) -> None:
+        """Forget what every provider received and refused (a scenario's clean start); limits and modes stay."""
+        for p in self.providers:
+            with p.lock:
+                p.received.clear()
+                p.rejected.clear()
+                p.attempts = 0
 
     def report(self) -> str:
         """What each channel received, for humans (the demo prints this)."""

@@ -92,6 +92,17 @@ class ManagedProcess:
         if self.running:
             os.killpg(self.proc.pid, sig)
 
+    def kill(self) -> None:
+        """SIGKILL the whole process group (a crash: no clean-up runs) and reap it; start() runs it again."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+        log.info("%s killed (SIGKILL)", self.name)
+
     def stop(self, timeout: float = 15.0) -> None:
         if self.proc is None:
             return

@@ -1,4 +1,5 @@
-"""Real Prometheus (Debian package `prometheus`) on loopback, for tests, benchmarks and the demo."""
+"""Real Prometheus (Debian package `prometheus`) on loopback, for tests, benchmarks and the demo: one, or the
+replicas of the spec's `ha.prometheus`, each with its own generated configuration and TSDB."""
 
 from __future__ import annotations
 
@@ -70,20 +71,40 @@ def write_config(path: Path, scrape_configs: list[dict], *, rule_files: list[str
 
 def start_prometheus(workdir: Path, config_path: Path, *, port: int | None = None,
                      extra_args: list[str] | None = None, timeout: float = 60.0,
-                     storage_path: Path | None = None) -> PrometheusServer:
+                     storage_path: Path | None = None, name: str = "prometheus") -> PrometheusServer:
     """Start Prometheus with `config_path` on a free loopback port; ready when /-/ready answers 200.
 
     `storage_path`: an existing TSDB directory to serve (e.g. blocks written by
-    `promtool tsdb create-blocks-from openmetrics`); default a fresh `prometheus-data` under `workdir`.
+    `promtool tsdb create-blocks-from openmetrics`); default a fresh `<name>-data` under `workdir`.
     """
     binary = require_binary("prometheus", INSTALL_HINT)
     workdir = Path(workdir)
     port = port or free_port()
-    storage = Path(storage_path) if storage_path else workdir / "prometheus-data"
+    storage = Path(storage_path) if storage_path else workdir / f"{name}-data"
     argv = [binary, f"--config.file={config_path}", f"--storage.tsdb.path={storage}",
             f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
             "--web.enable-admin-api", "--log.level=warn"] + list(extra_args or [])
     url = f"http://127.0.0.1:{port}"
-    process = ManagedProcess("prometheus", argv, workdir / "prometheus.log", ready=lambda: http_ok(url + "/-/ready"))
+    process = ManagedProcess(name, argv, workdir / f"{name}.log", ready=lambda: http_ok(url + "/-/ready"))
     process.start(timeout=timeout)
     return PrometheusServer(process, port, Path(config_path))
+
+
+def start_prometheus_replicas(workdir: Path, config_dir: Path, spec, *, timeout: float = 60.0,
+                              extra_args: list[str] | None = None) -> dict[str, PrometheusServer]:
+    """Start every replica of `spec.ha.prometheus` (loopback addresses) with its generated configuration
+    `<config_dir>/prometheus-<name>.yml`, each with its own TSDB; {replica name: server}."""
+    from inferwatch.rules.promconfig import config_path
+
+    servers: dict[str, PrometheusServer] = {}
+    try:
+        for r in spec.ha.prometheus_replicas():
+            servers[r.name] = start_prometheus(
+                workdir, Path(config_path(str(config_dir), r.name)), port=int(r.address.rsplit(":", 1)[1]),
+                name=f"prometheus-{r.name}", timeout=timeout,
+                extra_args=[f"--web.external-url=http://{r.address}", *(extra_args or [])])
+    except BaseException:
+        for server in servers.values():
+            server.stop()
+        raise
+    return servers
