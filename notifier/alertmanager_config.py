@@ -1,8 +1,8 @@
 """Generator: `deploy/alertmanager/alertmanager.yml` from the spec (registered in inferwatch.generate).
 
 Alertmanager keeps grouping, deduplication, silences and inhibition; the notifier gets every alert by
-webhook and does routing by layer and delivery. Shape and semantics: research/alerting.md §4
-(Alertmanager docs/configuration.md `<route>`, `<inhibit_rule>`, `<webhook_config>`).
+webhook and does routing by layer and delivery. Shape and semantics: Alertmanager's docs/configuration.md
+(`<route>`, `<inhibit_rule>`, `<webhook_config>`; docs/sources.md#alertmanager).
 
 - One route per layer, each with its own grouping (spec `notifier.grouping`): L1 pages fast, one group per
   GPU; L2/L3 batch a storm per model/tenant so chat channels get few, full messages. Each layer has its

@@ -1,4 +1,8 @@
-"""The notifier's own metrics (names fixed in CONVENTIONS.md), all series created at zero at start-up.
+"""The notifier's own metrics, all series created at zero at start-up.
+
+Names carry the `inferwatch_notifier_` prefix (docs/conventions.md); the README's notifier section lists them
+and rules/notifier.py alerts on them, so a rename must change them too
+(tests/test_rules_live_names.py fails on a rule reading a name no source exposes).
 
 Outbox depth and oldest pending age are read from the outbox at scrape time, so they are true even
 right after a restart.

@@ -333,7 +333,7 @@ class DeliveryWorker:
 
     # --------------------------------------------------------------------------------- enrichment
     def _enrich(self, route: int, n: Notification) -> str:
-        """Text from the route's enrich hook (issue 9's top triage finding), or '' after its timeout."""
+        """Text from the route's enrich hook (the top finding of `inferwatch triage` for the alert), or '' after its timeout."""
         hook = self.routes_enrich.get(route)
         if not hook or n.status != "firing":
             return ""

@@ -1,7 +1,7 @@
 """L3 rules: the LLM user experience as the gateway exporter measures it (`gateway_*`, labels tenant, model,
 tier; histograms in seconds).
 
-SLO alerts follow the multi-window multi-burn-rate scheme (Google SRE Workbook ch. 5; research/alerting.md §2):
+SLO alerts follow the multi-window multi-burn-rate scheme (Google SRE Workbook ch. 5; docs/sources.md#slo-alerting):
 one rule per tier and window pair, labelled `window` (page-fast, page-slow, ticket-fast, ticket-slow) so
 Alertmanager can inhibit the slower pairs while a faster one fires, each with a low-traffic guard.
 """

@@ -3,11 +3,12 @@
 Both the streaming proxy and the in-process API / ASGI middleware record through `GatewayMetrics`, so a
 dashboard cannot tell which one measured a request. Histograms are in seconds (tokens for output length).
 
-Bucket sources (shared/research/llm_metrics.md §1.4, §4.2, §4.4): vLLM's TTFT list reaches 2560 s and its
+Bucket sources (docs/sources.md#llm-user-experience-metrics): vLLM's TTFT list reaches 2560 s and its
 ITL/TPOT list 0.01–80 s; OpenTelemetry GenAI uses 0.001–10 s for TTFT and ×4 steps for token counts. Peers
 were criticised for buckets too coarse below 50 ms (a proxy adds ~1 ms; a fast model's ITL is 5–20 ms), so
 every latency list here is fine below 50 ms and reaches minutes. TTFT_BUCKETS must hold every SLO threshold
-the rules generator may use (0.1, 0.2, 0.25, 0.3, 0.5, 1, 2, 5, 10, 20 s; CONVENTIONS.md).
+the rules generator may use (0.1, 0.2, 0.25, 0.3, 0.5, 1, 2, 5, 10, 20 s): rules/validate.py rejects a spec
+whose TTFT threshold is not a bucket edge.
 """
 
 from __future__ import annotations
