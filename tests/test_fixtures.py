@@ -97,3 +97,26 @@ def test_references_to_the_repository_docs_resolve():
             if doc in ours and anchor and anchor not in ours[doc]:
                 broken.append(f"{name}: {match.group(0)}")
     assert broken == []
+
+
+def test_architecture_lists_every_module():
+    """docs/architecture.md names each module of the package under its component's heading
+    (`**GPU exporter** (`exporters/gpu/`, ...)`): the heading whose folder is the longest prefix of the path."""
+    text = (REPO_ROOT / "docs" / "architecture.md").read_text()
+    body = text[text.index("## Components and their modules"):text.index("Outside the package")]
+    sections = {}
+    for part in body.split("\n**")[1:]:
+        folder = re.search(r"\(`([a-z_/]+/)`", part)
+        assert folder, f"component heading without its folder: {part.splitlines()[0]}"
+        sections[folder.group(1)] = part
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO_ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    missing = []
+    for name in files:
+        if name.startswith(("tests/", "benchmarks/", "examples/")) or name.endswith(("__init__.py", "_pb2.py",
+                                                                                      "_pb2_grpc.py")):
+            continue
+        folder = max((f for f in sections if name.startswith(f)), key=len, default=None)
+        if folder is None or f"`{Path(name).name}`" not in sections[folder]:
+            missing.append(name)
+    assert missing == []
