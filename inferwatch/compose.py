@@ -214,7 +214,8 @@ def outputs(spec: Spec) -> dict[str, str]:
                  f"#   docker compose -f docker-compose.yml -f {HA_FILE} up --build\n")
         files[HA_FILE] = head + usage + dump(ha_override(spec))
         if spec.ha.notifier_replicas > 1:
-            files[NOTIFIER_SPEC] = ("# The spec as the compose notifier replicas read it: compose addresses "
+            files[NOTIFIER_SPEC] = (HEADER.replace("from the spec", "from the spec (compose addresses)")
+                                    + "# The spec as the compose notifier replicas read it: compose addresses "
                                     "(their peers among them), secrets by reference.\n"
                                     + yaml.safe_dump(to_data(with_references(cs)), sort_keys=False, allow_unicode=True,
                                                      width=120))
