@@ -18,7 +18,14 @@ from grafana_foundation_sdk.builders import heatmap, prometheus, stat, table, ti
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import (
-    DataSourceRef, DashboardCursorSync, DataTransformerConfig, Threshold, ThresholdsMode, VariableOption, VariableRefresh, VariableSort,
+    DashboardCursorSync,
+    DataSourceRef,
+    DataTransformerConfig,
+    Threshold,
+    ThresholdsMode,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
 )
 from grafana_foundation_sdk.models.heatmap import HeatmapColorMode
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat

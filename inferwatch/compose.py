@@ -21,12 +21,11 @@ import json
 
 import yaml
 
-from inferwatch.kubernetes.specfile import with_references, to_data
+from inferwatch.kubernetes.specfile import to_data, with_references
 from inferwatch.notifier import alertmanager_config
 from inferwatch.rules.generate import HEADER, dump
 from inferwatch.rules.promconfig import config_path, prometheus_configs
-from inferwatch.spec import (AlertmanagerPeer, ExporterTarget, HighAvailability, PrometheusReplica, Spec,
-                             TritonTarget)
+from inferwatch.spec import AlertmanagerPeer, ExporterTarget, HighAvailability, PrometheusReplica, Spec, TritonTarget
 
 OUT_DIR = "deploy/compose"
 NODE = "compose"  # the single Docker host: every target's `node` label

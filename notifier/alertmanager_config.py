@@ -194,7 +194,7 @@ def outputs(spec: Spec) -> dict[str, str]:
     after a comment header (`prometheus-alertmanager --config.file=... @cluster-flags-0.txt`)."""
     files = {PATH: render(spec)}
     if len(spec.ha.alertmanager) > 1:
-        for i, peer in enumerate(spec.ha.alertmanager_peers()):
+        for i in range(len(spec.ha.alertmanager_peers())):
             files[flags_path(i)] = (FLAGS_HEAD.format(index=i, path=flags_path(i))
                                     + "\n".join(peer_flags(spec, i)) + "\n")
     return files

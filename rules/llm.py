@@ -208,7 +208,8 @@ def groups(spec: Spec) -> list[Group]:
         exporter_down("GatewayExporterDown", gateway, for_=l3.exporter_down_for, severity="warning",
                       what="the gateway exporter", has_targets=bool(spec.targets.gateways), cluster=spec.cluster),
     ]
-    # Separate groups evaluate concurrently, so no group waits on another's heavy query. No quantile is recorded: LlmTtftP95High judges its target from two buckets (ttft_p95_over_target), no
+    # Separate groups evaluate concurrently, so no group waits on another's heavy query. No quantile is recorded:
+    # LlmTtftP95High judges its target from two buckets (ttft_p95_over_target), no
     # alert or runbook reads another quantile, and the dashboards draw TTFT and inter-token latency from the
     # histograms over their own range. Rating every bucket of every tenant, model and tier at each evaluation
     # was the costliest part of the rules (benchmarks/rules_eval.py).

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 from fixtures.capture_alertmanager_webhook import capture
-
 from notifier_support import FIXTURE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
+from ha_support import ENV, HA_SPEC, ha_spec
 from inferwatch.compose import HA_FILE, NOTIFIER_SPEC, WEBHOOK_ALIAS
 from inferwatch.generate import render_all
 from inferwatch.kubernetes.monitoring import VALUES_FILE
@@ -21,8 +22,6 @@ from inferwatch.notifier.alertmanager_config import peer_flags
 from inferwatch.spec import SpecError, spec_from_dict
 from inferwatch.testing.alertmanager import start_alertmanager_cluster
 from inferwatch.testing.process import free_port
-
-from ha_support import ENV, HA_SPEC, ha_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "tests/fixtures/kubernetes/crds"
