@@ -738,9 +738,9 @@ class HighAvailability:
             for i, host_port in enumerate(seen):
                 if not re.fullmatch(r"[^\s:/]+:[0-9]{1,5}", host_port):
                     raise SpecError(f"{path}.{what}[{i}].{field_}", f"expected host:port, got {host_port!r}")
-                if seen.index(address) != i:
+                if seen.index(host_port) != i:
                     raise SpecError(f"{path}.{what}[{i}].{field_}",
-                                    f"{address} is also {what}[{seen.index(address)}]'s")
+                                    f"{host_port} is also {what}[{seen.index(host_port)}]'s")
         if not 1 <= self.notifier_replicas <= 16:
             raise SpecError(f"{path}.notifier_replicas", f"expected 1 to 16, got {self.notifier_replicas}")
         if self.outbox_due_rows < 1:
