@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 ARGS ?=
 SEED ?=
 
-.PHONY: test test-fast demo chaos install system-deps bench aiperf-venv litellm-venv generate check-generated clean
+.PHONY: test test-fast lint demo chaos install system-deps bench aiperf-venv litellm-venv generate check-generated clean
 
 install: $(STAMP)
 
@@ -20,17 +20,37 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # Debian packages for the real Prometheus/promtool and Alertmanager/amtool the tests start, and VictoriaMetrics
-# (victoria-metrics, vmagent, vmalert) for the central-store tests.
+# (victoria-metrics, vmagent, vmalert) for the central-store tests. Nothing runs (no root needed) when every
+# binary is already on PATH; otherwise apt-get installs them, which needs root.
+SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose victoria-metrics vmagent vmalert
 system-deps:
-	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
-	    || ! command -v amtool >/dev/null || ! command -v docker-compose >/dev/null \
-	    || ! command -v vmalert >/dev/null; then \
-	  echo "installing Debian packages: $(APT_PACKAGES)"; \
+	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "missing:$$missing; install as root: apt-get install -y $(APT_PACKAGES)" >&2; exit 1; \
+	  fi; \
+	  echo "installing Debian packages: $(APT_PACKAGES) (missing:$$missing)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
 
 test: install system-deps check-generated
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# ruff (rules in pyproject.toml) on every Python file, then mypy on the package. The package maps its component
+# folders (exporters/, rules/, dashboards/, notifier/) into inferwatch.* (pyproject package-dir), which mypy cannot
+# follow, so it checks a tree of links under .venv laid out as the installed package.
+LINT_STAMP := $(VENV)/.lint-stamp
+MYPY_TREE  := $(VENV)/mypy-tree
+lint: $(LINT_STAMP)
+	$(BIN)/ruff check .
+	@rm -rf $(MYPY_TREE) && mkdir -p $(MYPY_TREE)/inferwatch
+	@for e in inferwatch/*; do ln -s "$(CURDIR)/$$e" $(MYPY_TREE)/inferwatch/; done
+	@for d in exporters rules dashboards notifier; do ln -s "$(CURDIR)/$$d" $(MYPY_TREE)/inferwatch/$$d; done
+	cd $(MYPY_TREE) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p inferwatch
+
+$(LINT_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[lint]'
+	touch $@
 
 # Generated files (rules, dashboards, deploy configs) are committed: fail when they are stale.
 check-generated: install

@@ -219,7 +219,7 @@ def main() -> int:
     for kind in kinds:
         port = free_port()
         proc = ManagedProcess(kind, [sys.executable, __file__, "--serve", kind, str(port)],
-                              Path(os.devnull), ready=lambda: tcp_ok(port))
+                              Path(os.devnull), ready=lambda port=port: tcp_ok(port))
         proc.start(timeout=30)
         try:
             round_trips(port, 50)  # warm-up

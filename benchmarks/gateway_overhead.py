@@ -327,7 +327,7 @@ async def _render_cost(registry, forked: bool, scrapes: int = 8) -> tuple[float,
     loop = asyncio.get_running_loop()
 
     def scrape():
-        requests.get(url, headers={"Accept-Encoding": "gzip"}, timeout=30).content
+        _ = requests.get(url, headers={"Accept-Encoding": "gzip"}, timeout=30).content  # read the whole body
 
     await loop.run_in_executor(None, scrape)  # warm-up (first fork, first render)
     cpu0 = time.thread_time()
@@ -445,7 +445,8 @@ def one_run(args, urls: dict, pids: dict, metrics_url: str, litellm_url: str | N
     # References at 64 streams, each path next to direct: the same gateway process forwarding an unmetered
     # path (the gateway's server and aiohttp's client, no metering), and the byte pipe (the floor of a Python
     # hop).
-    for name, url, pid in (("unmetered_relay", urls["relay"], pids["gateway"]), ("byte_pipe", urls["pipe"], pids["pipe"])):
+    for name, url, pid in (("unmetered_relay", urls["relay"], pids["gateway"]),
+                           ("byte_pipe", urls["pipe"], pids["pipe"])):
         cpu0 = cpu_seconds(pid)
         results, _, _ = asyncio.run(latency_phase({"direct": urls["direct"], name: url}, body, stream_s, 64,
                                                   args.reference_duration, args.tenants))

@@ -118,7 +118,7 @@ def measure_scrapes(gpus: int, args: argparse.Namespace, workdir: Path) -> list[
                     sys.executable, __file__, "--serve-static", str(body_path), "--port", str(plain_port),
                     "--content-type", sample.headers["Content-Type"],
                     "--content-encoding", sample.headers.get("Content-Encoding", "")],
-                    workdir / f"plain-{gpus}-{name}.log", ready=lambda: http_ok(plain_url))
+                    workdir / f"plain-{gpus}-{name}.log", ready=lambda url=plain_url: http_ok(url))
                 with plain:
                     times: dict[str, list[float]] = {"exporter": [], "plain": []}
                     for i in range(args.warmup + args.scrapes):

@@ -30,9 +30,9 @@ def capture(url: str, metrics_url: str) -> dict:
         "config": requests.get(url + "/v2/models/classifier/config", timeout=10).json(),
         "model_stat": stats["model_stats"][0],
         # HELP/TYPE lines once, then the per-model lines the replay copies per model.
-        "metrics_header": [l for l in metrics.splitlines() if l.startswith("#")],
-        "metrics_model_lines": [l for l in metrics.splitlines()
-                                if 'model="classifier"' in l and 'version="2"' in l],
+        "metrics_header": [line for line in metrics.splitlines() if line.startswith("#")],
+        "metrics_model_lines": [line for line in metrics.splitlines()
+                                if 'model="classifier"' in line and 'version="2"' in line],
     }
 
 

@@ -12,10 +12,9 @@ matches the missing label) shows every series, as before.
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import json
 import re
+from types import ModuleType
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 

@@ -12,7 +12,15 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from inferwatch.dashboards.builders import (
-    dashboard, query, runbook_data_link, runbook_links, stat_panel, table_panel, table_query, timeseries_panel, variable,
+    dashboard,
+    query,
+    runbook_data_link,
+    runbook_links,
+    stat_panel,
+    table_panel,
+    table_query,
+    timeseries_panel,
+    variable,
 )
 from inferwatch.rules.builders import regex_alternation
 from inferwatch.rules.gpu import MEMORY_RATIO

@@ -11,7 +11,14 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from inferwatch.dashboards.builders import (
-    dashboard, heatmap_panel, query, runbook_links, table_panel, table_query, timeseries_panel, variable,
+    dashboard,
+    heatmap_panel,
+    query,
+    runbook_links,
+    table_panel,
+    table_query,
+    timeseries_panel,
+    variable,
 )
 from inferwatch.rules.llm import CANCELLED, SLO_ERRORS, SLO_TTFT
 from inferwatch.selectors import Selector

@@ -10,7 +10,15 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from inferwatch.dashboards.builders import (
-    dashboard, dashboard_link, query, runbook_data_link, runbook_links, stat_panel, table_panel, table_query, timeseries_panel,
+    dashboard,
+    dashboard_link,
+    query,
+    runbook_data_link,
+    runbook_links,
+    stat_panel,
+    table_panel,
+    table_query,
+    timeseries_panel,
 )
 from inferwatch.rules.names import alerts_of_layer
 from inferwatch.spec import Spec
@@ -59,9 +67,10 @@ def build(spec: Spec) -> db.Dashboard:
         thresholds=[(min(t.ttft_p95_seconds for t in spec.tiers.values()), "orange")] if spec.tiers else (),
         w=8, h=5))
     board = board.with_row(db.Row("Trend"))
-    for layer, key, what in LAYERS:
+    for layer, key, _what in LAYERS:
         board = board.with_panel(timeseries_panel(
-            f"{layer} alerts over time", f"Firing {layer} alerts by name, over time ({len(alerts_of_layer(layer))} alert rules in this layer; "
+            f"{layer} alerts over time",
+            f"Firing {layer} alerts by name, over time ({len(alerts_of_layer(layer))} alert rules in this layer; "
             "their runbooks are linked from the layer dashboard).",
             "none",
             [query(f'count by (alertname) (ALERTS{{alertstate="firing", layer="{layer}"}})', "{{alertname}}")],

@@ -16,7 +16,14 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from inferwatch.dashboards.builders import (
-    dashboard, query, runbook_links, stat_panel, table_panel, table_query, timeseries_panel, variable,
+    dashboard,
+    query,
+    runbook_links,
+    stat_panel,
+    table_panel,
+    table_query,
+    timeseries_panel,
+    variable,
 )
 from inferwatch.rules.triton import Sources
 from inferwatch.spec import Spec

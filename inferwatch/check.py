@@ -15,7 +15,8 @@ from inferwatch.specload import SpecError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="validate a spec file (errors name the field and what was expected)")
-    p.add_argument("--spec", default=None, metavar="FILE", help="spec file (default ./inferwatch.yaml, else the built-in defaults)")
+    p.add_argument("--spec", default=None, metavar="FILE",
+                   help="spec file (default ./inferwatch.yaml, else the built-in defaults)")
     p.set_defaults(func=run)
 
 

@@ -21,12 +21,11 @@ import json
 
 import yaml
 
-from inferwatch.kubernetes.specfile import with_references, to_data
+from inferwatch.kubernetes.specfile import to_data, with_references
 from inferwatch.notifier import alertmanager_config
 from inferwatch.rules.generate import HEADER, dump
 from inferwatch.rules.promconfig import config_path, prometheus_configs
-from inferwatch.spec import (AlertmanagerPeer, ExporterTarget, HighAvailability, PrometheusReplica, Spec,
-                             TritonTarget)
+from inferwatch.spec import AlertmanagerPeer, ExporterTarget, HighAvailability, PrometheusReplica, Spec, TritonTarget
 
 OUT_DIR = "deploy/compose"
 NODE = "compose"  # the single Docker host: every target's `node` label
@@ -214,7 +213,8 @@ def outputs(spec: Spec) -> dict[str, str]:
                  f"#   docker compose -f docker-compose.yml -f {HA_FILE} up --build\n")
         files[HA_FILE] = head + usage + dump(ha_override(spec))
         if spec.ha.notifier_replicas > 1:
-            files[NOTIFIER_SPEC] = ("# The spec as the compose notifier replicas read it: compose addresses "
+            files[NOTIFIER_SPEC] = (HEADER.replace("from the spec", "from the spec (compose addresses)")
+                                    + "# The spec as the compose notifier replicas read it: compose addresses "
                                     "(their peers among them), secrets by reference.\n"
                                     + yaml.safe_dump(to_data(with_references(cs)), sort_keys=False, allow_unicode=True,
                                                      width=120))

@@ -181,7 +181,7 @@ class ConnectionGuard:
         self._conns.pop(handler, None)
         try:
             handler.force_close()
-        except Exception:  # noqa: BLE001 - a connection already torn down
+        except Exception:  # noqa: BLE001, S110 - a connection already torn down
             pass
         if self.metrics is not None:
             self.metrics.connections_closed.labels(reason).inc()

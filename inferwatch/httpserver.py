@@ -35,7 +35,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from inferwatch.connections import (
-    ACCEPT_BACKLOG, SWEEP_INTERVAL_S, ConnectionGuard, Settings, connection_cap, raise_fd_limit,
+    ACCEPT_BACKLOG,
+    SWEEP_INTERVAL_S,
+    ConnectionGuard,
+    Settings,
+    connection_cap,
+    raise_fd_limit,
 )
 from inferwatch.errors import UsageError
 from inferwatch.ratelog import ConditionLog

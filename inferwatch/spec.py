@@ -17,7 +17,8 @@ from typing import Any
 from inferwatch.redaction import address
 from inferwatch.specload import Duration, Secret, SpecError, build, field, load_yaml
 
-__all__ = ["Spec", "SpecError", "ClusterSettings", "CentralStore", "Duration", "Secret", "load_spec", "DEFAULT_SPEC_PATH"]
+__all__ = ["Spec", "SpecError", "ClusterSettings", "CentralStore", "Duration", "Secret", "load_spec",
+           "DEFAULT_SPEC_PATH"]
 
 DEFAULT_SPEC_PATH = "inferwatch.yaml"
 LAYERS = ("L1", "L2", "L3")
@@ -462,7 +463,8 @@ class Route:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise SpecError(f"{path}.match_re.{label}", f"expected a regular expression, got {pattern!r} ({exc})")
+                raise SpecError(f"{path}.match_re.{label}",
+                                f"expected a regular expression, got {pattern!r} ({exc})") from None
         if self.enrich and ":" not in self.enrich:
             raise SpecError(f"{path}.enrich", f"expected 'module:function', got {self.enrich!r}")
 
@@ -733,12 +735,12 @@ class HighAvailability:
         for what, field_, seen in (("prometheus", "address", addresses),
                                    ("alertmanager", "address", [p.address for p in peers]),
                                    ("alertmanager", "cluster_address", [p.cluster_address for p in peers])):
-            for i, address in enumerate(seen):
-                if not re.fullmatch(r"[^\s:/]+:[0-9]{1,5}", address):
-                    raise SpecError(f"{path}.{what}[{i}].{field_}", f"expected host:port, got {address!r}")
-                if seen.index(address) != i:
+            for i, host_port in enumerate(seen):
+                if not re.fullmatch(r"[^\s:/]+:[0-9]{1,5}", host_port):
+                    raise SpecError(f"{path}.{what}[{i}].{field_}", f"expected host:port, got {host_port!r}")
+                if seen.index(host_port) != i:
                     raise SpecError(f"{path}.{what}[{i}].{field_}",
-                                    f"{address} is also {what}[{seen.index(address)}]'s")
+                                    f"{host_port} is also {what}[{seen.index(host_port)}]'s")
         if not 1 <= self.notifier_replicas <= 16:
             raise SpecError(f"{path}.notifier_replicas", f"expected 1 to 16, got {self.notifier_replicas}")
         if self.outbox_due_rows < 1:

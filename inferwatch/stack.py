@@ -81,5 +81,5 @@ def run_triton(args: argparse.Namespace) -> int:
     print(f"inferwatch: starting tritonserver on {argv[1].split('=', 1)[1]}: HTTP http://{host}:{args.http_port}, "
           f"gRPC {host}:{args.grpc_port}, metrics http://{host}:{args.metrics_port}/metrics",
           file=sys.stderr, flush=True)
-    os.execve(argv[0], argv, env)  # returns only by raising OSError (run_command reports it)
+    os.execve(argv[0], argv, env)  # noqa: S606 - becomes tritonserver (module doc); returns only by raising OSError (run_command reports it)
     return 1

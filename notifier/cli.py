@@ -112,12 +112,14 @@ def _routes_test(spec, args) -> int:
             if matched:
                 lines.append(f"  notifier: route {', '.join(str(m.index + 1) for m in matched)} -> {','.join(reached)}")
             elif reached:
-                lines.append(f"  notifier: no route matched -> notifier.unrouted_receivers catch-all {','.join(reached)}")
+                lines.append("  notifier: no route matched -> notifier.unrouted_receivers catch-all "
+                             f"{','.join(reached)}")
             else:
                 lines.append("  notifier: no route matched and no catch-all channel: kept as an `unrouted` dead letter")
             for m in matched:
                 if m.escalate_after_s is not None:
-                    lines.append(f"  escalates to {','.join(m.escalate_to)} after {m.escalate_after_s:.0f}s still firing")
+                    lines.append(f"  escalates to {','.join(m.escalate_to)} after {m.escalate_after_s:.0f}s "
+                                 "still firing")
         else:
             what = ", ".join(INTEGRATIONS.get(k, k) for k in kinds[name] if k.endswith("_configs"))
             lines.append(f"  alertmanager: {name} (Alertmanager's own {what} integration: the notifier never "

@@ -1,4 +1,8 @@
-"""The notifier's own metrics (names fixed in CONVENTIONS.md), all series created at zero at start-up.
+"""The notifier's own metrics, all series created at zero at start-up.
+
+Names carry the `inferwatch_notifier_` prefix (docs/conventions.md); the README's notifier section lists them
+and rules/notifier.py alerts on them, so a rename must change them too
+(tests/test_rules_live_names.py fails on a rule reading a name no source exposes).
 
 Outbox depth and oldest pending age are read from the outbox at scrape time, so they are true even
 right after a restart.
@@ -108,7 +112,8 @@ class _OutboxCollector:
         writable.add_metric([], 1 if self.outbox.writable else 0)
         yield writable
         errors = CounterMetricFamily("inferwatch_notifier_outbox_write_errors",
-                                     "Failed outbox writes, by operation (intake, record, probe).", labels=["operation"])
+                                     "Failed outbox writes, by operation (intake, record, probe).",
+                                     labels=["operation"])
         for op in WRITE_OPERATIONS:
             errors.add_metric([op], self.outbox.write_errors[op])
         yield errors
@@ -119,7 +124,7 @@ class _OutboxCollector:
                                 "Age of the oldest due delivery still waiting (0 when none).")
         try:
             n, n_due, oldest = self.outbox.backlog()
-        except Exception:  # a locked or broken outbox must not fail the scrape; the intake reports it
+        except Exception:  # noqa: BLE001 - a locked or broken outbox must not fail the scrape; the intake reports it
             return
         depth.add_metric([], n)
         due.add_metric([], n_due)

@@ -262,7 +262,8 @@ class Outbox:
             self._local.db = None
 
     # ---------------------------------------------------------------------------------------- intake
-    def accept(self, message: WebhookMessage, planned: list[Planned], now: float | None = None) -> tuple[bool, list[int]]:
+    def accept(self, message: WebhookMessage, planned: list[Planned],
+               now: float | None = None) -> tuple[bool, list[int]]:
         """Persist `message` and its planned deliveries in one transaction.
 
         Returns (accepted, delivery ids); accepted is False for a redelivery seen within the dedup window.

@@ -98,11 +98,11 @@ class Peers:
                                          for url in self.urls))
         skip: set[int] = set()
         release: dict[str, list] = {}
-        for url, answer in zip(self.urls, answers):
+        for url, answer in zip(self.urls, answers, strict=True):
             statuses = (answer or {}).get("items")
             if not isinstance(statuses, list) or len(statuses) != len(rows):
                 continue
-            for (row_id, key, channel, accepted_at), status in zip(rows, statuses):
+            for (row_id, key, channel, accepted_at), status in zip(rows, statuses, strict=True):
                 if not isinstance(status, dict):
                     continue
                 theirs = status.get("accepted_at")

@@ -3,10 +3,10 @@
 A typo in a route (`match: {layr: L1}`, `match: {layer: l1}`) is valid YAML and a valid spec, yet the route
 never matches, so GPU pages fall through to the catch-all. The labels alerts can carry and the values of the
 fixed-valued ones come from the rules registry (`inferwatch.rules.names.ALERTS`, checked against the generated
-rule files by tests/test_rules_labels.py); `tier`, `tenant` and burn-rate `window` values from the spec (plus `other`, which the
-gateway uses for anything undeclared); the spec's external labels (`spec.external_labels`, the cluster's name
-among them) are on every alert, and alerts on a source's series carry the `=` labels of its selector (spec
-`selectors`, e.g. `namespace` and `service`; the exporter-down alerts' absent() forms keep them too). The
+rule files by tests/test_rules_labels.py); `tier`, `tenant` and burn-rate `window` values from the spec (plus
+`other`, which the gateway uses for anything undeclared); the spec's external labels (`spec.external_labels`, the
+cluster's name among them) are on every alert, and alerts on a source's series carry the `=` labels of its selector
+(spec `selectors`, e.g. `namespace` and `service`; the exporter-down alerts' absent() forms keep them too). The
 cluster label takes any value: on a central store every cluster's alerts carry their own.
 """
 

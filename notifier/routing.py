@@ -1,6 +1,6 @@
 """Routing by labels: which channels a group of alerts goes to.
 
-Semantics follow Alertmanager's routing tree, flattened to one ordered list (research/alerting.md §4.2):
+Semantics follow Alertmanager's routing tree, flattened to one ordered list (docs/sources.md#alertmanager):
 routes are tried in order, the first match stops the walk unless it says `continue: true`. A group is
 matched on its common labels (the labels all its alerts share; Alertmanager groups by `severity` too, so
 it is one of them). With no routes in the spec, the default is by layer and severity: L1 critical → the

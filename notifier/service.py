@@ -130,7 +130,8 @@ class NotifierService:
     # ------------------------------------------------------------------------------------- handlers
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.spec.notifier.max_body_bytes, middlewares=[self._count_http_errors])
-        app.add_routes([web.post("/alerts", self.handle_alerts), web.get("/metrics", metrics_handler(self.metrics.registry)),
+        app.add_routes([web.post("/alerts", self.handle_alerts),
+                        web.get("/metrics", metrics_handler(self.metrics.registry)),
                         web.get("/-/healthy", self.handle_health), web.get("/-/ready", self.handle_ready),
                         web.post(CHECK_PATH, self.handle_peer_check),
                         web.post(DELIVERED_PATH, self.handle_peer_delivered),
@@ -368,7 +369,8 @@ class NotifierService:
             self._last_probe = time.monotonic()
             await asyncio.get_running_loop().run_in_executor(None, self.outbox.probe)
         if not self.outbox.writable:
-            return web.Response(status=503, text=f"not ready: the outbox cannot be written ({self.outbox.write_error})\n")
+            return web.Response(status=503,
+                                text=f"not ready: the outbox cannot be written ({self.outbox.write_error})\n")
         if not self.committer.running:
             return web.Response(status=503, text="not ready: intake is not running\n")
         return web.Response(text="ok\n")
@@ -380,7 +382,8 @@ class NotifierService:
                                      keepalive_timeout=n.idle_timeout.seconds)
         await self._runner.setup()
         cap = connection_cap(n.max_connections, raise_fd_limit())
-        self.guard = ConnectionGuard(self._runner.server, max_connections=cap, header_timeout_s=n.header_timeout.seconds,
+        self.guard = ConnectionGuard(self._runner.server, max_connections=cap,
+                                     header_timeout_s=n.header_timeout.seconds,
                                      idle_timeout_s=n.idle_timeout.seconds, metrics=self.metrics,
                                      settings=Settings("notifier.max_connections", "notifier.header_timeout"))
         self.guard.start()

@@ -170,7 +170,7 @@ class DeliveryWorker:
         while not self._stop.is_set():
             try:
                 delay = self.step(name)
-            except Exception:  # never let one bad pass kill the channel's thread
+            except Exception:  # noqa: BLE001 - never let one bad pass kill the channel's thread
                 self._errors.log(name, logging.ERROR, "delivery pass for channel %s failed", name, exc_info=True)
                 delay = IDLE_POLL_S
             if delay > 0:
@@ -267,7 +267,7 @@ class DeliveryWorker:
         """Send `notification` (one of the channel's sends in flight) and hand the outcome to the recorder."""
         try:
             self._send_and_record(name, channel, rows, notification)
-        except Exception:  # never lose the rows: they stay pending and are sent again
+        except Exception:  # noqa: BLE001 - never lose the rows: they stay pending and are sent again
             self._errors.log(f"{name}:send", logging.ERROR, "delivery to %s failed unexpectedly", name, exc_info=True)
         finally:
             with self._lock:
@@ -333,7 +333,8 @@ class DeliveryWorker:
 
     # --------------------------------------------------------------------------------- enrichment
     def _enrich(self, route: int, n: Notification) -> str:
-        """Text from the route's enrich hook (issue 9's top triage finding), or '' after its timeout."""
+        """Text from the route's enrich hook (the top finding of `inferwatch triage` for the alert), or '' after its
+        timeout."""
         hook = self.routes_enrich.get(route)
         if not hook or n.status != "firing":
             return ""
@@ -347,6 +348,6 @@ class DeliveryWorker:
             return str(future.result(timeout=timeout) or "")[:1000]
         except concurrent.futures.TimeoutError:
             log.info("enrichment %s took longer than %.1fs; sent without it", target, timeout)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the user's hook may raise anything; the page goes out without it
             log.warning("enrichment %s failed: %s", target, type(exc).__name__)
         return ""

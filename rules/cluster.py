@@ -78,7 +78,7 @@ def tokens(text: str) -> Iterator[tuple[str, int, int]]:
 def _closing(text: str, start: int, open_ch: str, close_ch: str) -> int:
     """Index just past the bracket closing the one at `start` (strings inside skipped)."""
     depth = 0
-    for kind, s, e in tokens(text[start:]):
+    for kind, _s, e in tokens(text[start:]):
         if kind == open_ch:
             depth += 1
         elif kind == close_ch:

@@ -1,7 +1,7 @@
 """L3 rules: the LLM user experience as the gateway exporter measures it (`gateway_*`, labels tenant, model,
 tier; histograms in seconds).
 
-SLO alerts follow the multi-window multi-burn-rate scheme (Google SRE Workbook ch. 5; research/alerting.md §2):
+SLO alerts follow the multi-window multi-burn-rate scheme (Google SRE Workbook ch. 5; docs/sources.md#slo-alerting):
 one rule per tier and window pair, labelled `window` (page-fast, page-slow, ticket-fast, ticket-slow) so
 Alertmanager can inhibit the slower pairs while a faster one fires, each with a low-traffic guard.
 """
@@ -208,7 +208,8 @@ def groups(spec: Spec) -> list[Group]:
         exporter_down("GatewayExporterDown", gateway, for_=l3.exporter_down_for, severity="warning",
                       what="the gateway exporter", has_targets=bool(spec.targets.gateways), cluster=spec.cluster),
     ]
-    # Separate groups evaluate concurrently, so no group waits on another's heavy query. No quantile is recorded: LlmTtftP95High judges its target from two buckets (ttft_p95_over_target), no
+    # Separate groups evaluate concurrently, so no group waits on another's heavy query. No quantile is recorded:
+    # LlmTtftP95High judges its target from two buckets (ttft_p95_over_target), no
     # alert or runbook reads another quantile, and the dashboards draw TTFT and inter-token latency from the
     # histograms over their own range. Rating every bucket of every tenant, model and tier at each evaluation
     # was the costliest part of the rules (benchmarks/rules_eval.py).

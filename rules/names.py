@@ -26,7 +26,8 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "model_version:nv_inference_request_success:rate": (
         ("node", "triton", "model", "version"), "successful requests/s"),
     "model_version_reason:nv_inference_request_failure:rate": (
-        ("node", "triton", "model", "version", "reason"), "failed requests/s by reason (REJECTED|CANCELED|BACKEND|OTHER)"),
+        ("node", "triton", "model", "version", "reason"),
+        "failed requests/s by reason (REJECTED|CANCELED|BACKEND|OTHER)"),
     "model_version:nv_inference_requests:rate": (
         ("node", "triton", "model", "version"), "all requests/s (success + failure)"),
     "model_version:nv_inference_request_error:ratio": (

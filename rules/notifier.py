@@ -62,12 +62,14 @@ def groups(spec: Spec) -> list[Group]:
               labels=dict(LABELS)),
         # The outbox cannot be written (disk full, I/O errors): intake answers 503 (Alertmanager retries, then
         # gives up) and delivery outcomes are held in memory.
-        Alert("NotifierOutboxUnwritable", f"{notifier('inferwatch_notifier_outbox_writable')} == 0", n.down_for, "critical",
+        Alert("NotifierOutboxUnwritable", f"{notifier('inferwatch_notifier_outbox_writable')} == 0", n.down_for,
+              "critical",
               "The notifier on node {{ $labels.node }} cannot write its outbox (disk full or failing): it "
               "refuses new alerts with 503 until it can, and /-/ready fails.",
               labels=dict(LABELS)),
         Alert("NotifierWebhooksRefused",
-              f"sum by (node, outcome) (increase({notifier('inferwatch_notifier_webhooks_total', REFUSED)}[{window}])) > 0",
+              f"sum by (node, outcome) "
+              f"(increase({notifier('inferwatch_notifier_webhooks_total', REFUSED)}[{window}])) > 0",
               Duration(0), "warning",
               f"The notifier on node {{{{ $labels.node }}}} refused {{{{ $value | humanize }}}} webhook(s) "
               f"({{{{ $labels.outcome }}}}) in the last {window}: Alertmanager does not retry a 4xx, so those "

@@ -20,8 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from inferwatch.rules.builders import (MODEL_VERSION, absent_targets, by, exporter_down, num,
-                                       over_threshold_by_model, ratio, with_min_rate)
+from inferwatch.rules.builders import (
+    MODEL_VERSION,
+    absent_targets,
+    by,
+    exporter_down,
+    num,
+    over_threshold_by_model,
+    ratio,
+    with_min_rate,
+)
 from inferwatch.rules.llm import CANCELLED as LLM_CANCELLED
 from inferwatch.rules.llm import ERROR_RATIO as LLM_ERROR_RATIO
 from inferwatch.rules.llm import REQUESTS as LLM_REQUESTS
@@ -157,7 +165,8 @@ def _canary(l2, value: str, *, relative: float, absolute: float) -> str:
     extra = f" + {num(absolute)}" if absolute else ""
     return (f"(\n  {value}\n  and on ({MV}) ({busy})\n  unless on ({MV})\n  {majority}\n)\n"
             f"> on ({on}) group_left ()\n"
-            f"(\n  {num(1 + relative)} * max by ({on}) (\n    {value}\n    and on ({MV})\n    {majority}\n  ){extra}\n)")
+            f"(\n  {num(1 + relative)} * max by ({on}) (\n    {value}\n    and on ({MV})\n    {majority}\n  )"
+            f"{extra}\n)")
 
 
 def _template_query(selector: Selector, metric: str, *matchers: str) -> str:
@@ -266,6 +275,7 @@ def groups(spec: Spec) -> list[Group]:
               f"{l2.canary_regression_ratio:.0%} slower than the version serving most traffic: roll it back.",
               labels={"signal": "latency"}),
         exporter_down("TritonCollectorDown", src.collector, for_=l2.exporter_down_for, severity="warning",
-                      what="the inferwatch Triton collector", has_targets=bool(spec.targets.triton_collectors), cluster=spec.cluster),
+                      what="the inferwatch Triton collector", has_targets=bool(spec.targets.triton_collectors),
+                      cluster=spec.cluster),
     ]
     return [Group("inferwatch-triton.rules", recording_rules(src, window)), Group("inferwatch-triton.alerts", alerts)]

@@ -66,7 +66,8 @@ def validate(spec: Spec) -> None:
                             f"expected a TTFT histogram bucket edge ({', '.join(f'{e:g}' for e in edges)}), "
                             f"got {tier.ttft_slo_seconds:g}")
         if tier.ttft_p95_seconds <= 0:
-            raise SpecError(f"tiers.{name}.ttft_p95_seconds", f"expected a positive number, got {tier.ttft_p95_seconds}")
+            raise SpecError(f"tiers.{name}.ttft_p95_seconds",
+                            f"expected a positive number, got {tier.ttft_p95_seconds}")
         # LlmTtftP95High judges the P95 against the target from the bucket at the target (rules/llm.py).
         if not any(abs(tier.ttft_p95_seconds - e) < 1e-9 for e in edges):
             raise SpecError(f"tiers.{name}.ttft_p95_seconds",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from inferwatch.testing.alertmanager import start_alertmanager
 from inferwatch.errors import StackError
+from inferwatch.testing.alertmanager import start_alertmanager
 from inferwatch.testing.prometheus import start_prometheus
 from inferwatch.testing.triton import EXAMPLE_MODEL_REPOSITORY, start_triton
 

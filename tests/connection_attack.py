@@ -20,7 +20,6 @@ from typing import Callable
 
 import requests
 
-
 FD_LIMIT = 1024
 
 

@@ -1,5 +1,5 @@
 """Test support for the gateway exporter: the real proxy on its own event loop thread, and a local
-OpenAI-compatible SSE upstream speaking the documented stream format (research/llm_metrics.md §6.2)."""
+OpenAI-compatible SSE upstream speaking the documented stream format (docs/sources.md#llm-user-experience-metrics)."""
 
 from __future__ import annotations
 

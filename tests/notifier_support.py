@@ -10,16 +10,14 @@ import sys
 import time
 from pathlib import Path
 
-import requests
-
-from inferwatch.testing.channels import ProviderSimulators
-from inferwatch.testing.process import free_port, http_ok
 import pytest
+import requests
 
 from inferwatch.notifier.channels import build_channel
 from inferwatch.notifier.model import Notification, message_from_dict
 from inferwatch.spec import spec_from_dict
 from inferwatch.testing.channels import ProviderSimulators, Received
+from inferwatch.testing.process import free_port, http_ok
 
 FIXTURE = Path(__file__).parent / "fixtures" / "alertmanager-0.25-webhook-truncated.json"
 TOKEN = "test-notifier-token-7f3a9c"

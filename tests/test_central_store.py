@@ -28,8 +28,10 @@ import requests
 import yaml
 
 from inferwatch.central import edge_prometheus_config, edge_scrape_config
-from inferwatch.notifier.alertmanager_config import PATH as AM_PATH, outputs as am_outputs
-from inferwatch.rules.generate import RULES_DIR, outputs as rule_outputs
+from inferwatch.notifier.alertmanager_config import PATH as AM_PATH
+from inferwatch.notifier.alertmanager_config import outputs as am_outputs
+from inferwatch.rules.generate import RULES_DIR
+from inferwatch.rules.generate import outputs as rule_outputs
 from inferwatch.rules.names import RECORDING_RULES
 from inferwatch.rules.promconfig import scrape_jobs
 from inferwatch.spec import spec_from_dict
@@ -157,17 +159,20 @@ def test_two_clusters_one_store_one_page_per_fault(triton, tmp_path):
         assert generated["a"] == generated["b"]
         for rel, text in generated["a"].items():
             (rules / Path(rel).name).write_text(text)
-        for c, spec in specs.items():
+        for c in specs:
             spec_path = tmp_path / f"spec-{c}.yaml"
             spec_path.write_text(yaml.safe_dump(raws[c]))
             p = ports[c]
             for name, args, port in (
-                    ("gpu", ["gpu", "--nvml", "sim", "--interval", "1s", "--hostname", f"gpu-{c}", "--port", str(p["gpu"])],
+                    ("gpu", ["gpu", "--nvml", "sim", "--interval", "1s", "--hostname", f"gpu-{c}", "--port",
+                             str(p["gpu"])],
                      p["gpu"]),
-                    ("collector", ["triton", "--spec", str(spec_path), "--interval", "1s", "--port", str(p["collector"])],
+                    ("collector", ["triton", "--spec", str(spec_path), "--interval", "1s", "--port",
+                                   str(p["collector"])],
                      p["collector"]),
                     ("gateway", ["gateway", "--upstream", triton.url, "--spec", str(spec_path), "--port",
-                                 str(p["gateway"]), "--metrics-port", str(p["gateway_metrics"])], p["gateway_metrics"])):
+                                 str(p["gateway"]), "--metrics-port", str(p["gateway_metrics"])],
+                                 p["gateway_metrics"])):
                 stack.callback(_exporter(tmp_path / c, f"{name}-{c}", args, port).stop)
         # Cluster a: the edge Prometheus config with the rule files: cluster a's own Prometheus, writing raw
         # samples to the store (its recorded series and ALERTS stay local: vmalert records the store's).

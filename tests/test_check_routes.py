@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from inferwatch.cli import main
-
 from conftest import REPO_ROOT
+from inferwatch.cli import main
 
 CHANNELS = {"phone": {"type": "pagerduty", "routing_key": "${PD_KEY}"}}
 

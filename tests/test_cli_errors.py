@@ -12,9 +12,8 @@ import sys
 
 import pytest
 
-from inferwatch.cli import main
-
 from conftest import REPO_ROOT
+from inferwatch.cli import main
 
 UTF16 = b"\xff\xfe" + "layers: {}\n".encode("utf-16-le")
 
@@ -130,7 +129,7 @@ def test_utf16_file_is_one_line_not_utf8(argv, tmp_path, capsys):
     assert err[-1] == f"inferwatch: error: {f}: not UTF-8 text (byte 0: b'\\xff'); save the file as UTF-8"
 
 
-# ------------------------------------------------------------------------------------------ items 5, 6: check / generate
+# -------------------------------------------------------------------------------------- items 5, 6: check / generate
 def test_check_without_a_spec_file_says_it_checked_the_defaults(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["check"]) == 0

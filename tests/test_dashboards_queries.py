@@ -32,10 +32,10 @@ from inferwatch.dashboards.generate import DASHBOARDS, dashboards
 from inferwatch.rules.generate import RULES_DIR, outputs
 from inferwatch.rules.promconfig import prometheus_config, scrape_jobs
 from inferwatch.spec import spec_from_dict
-from selector_support import OPERATOR
 from inferwatch.testing.process import ManagedProcess, free_port, http_ok
 from inferwatch.testing.prometheus import start_prometheus
 from inferwatch.traffic import TrafficLoop, infer_classifier, stream_toy_llm
+from selector_support import OPERATOR
 
 ROOT = Path(__file__).resolve().parents[1]
 RATE_INTERVAL = "10s"
@@ -232,7 +232,7 @@ def test_targets_are_scraped_under_the_selectors(stack, spec_data):
         picked = [s["metric"] for s in up if spec.selectors.of(source).matches(s["metric"])]
         assert len(picked) == 1, (source, up)
     gpu = dashboards(spec)["gpu"]
-    for name, value in zip(("namespace", "pod"), POD):
+    for name, value in zip(("namespace", "pod"), POD, strict=False):
         query = next(v["query"] for v in gpu["templating"]["list"] if v["name"] == name)
         expr, label = variable_expr(query)
         assert {s["metric"].get(label) for s in _query(stack, expr)["data"]["result"]} == {value}

@@ -7,8 +7,8 @@ import yaml
 
 from inferwatch.demo.config import DEMO_SPEC, SIM_GPU_NODE, prepare
 from inferwatch.demo.scenario import MARGIN_S, Bounds
-from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import load_spec
+from inferwatch.testing.channels import ProviderSimulators
 
 
 def test_the_demo_spec_loads_and_shortens_time_in_the_spec_itself():
@@ -88,7 +88,8 @@ def test_triage_and_titles_are_wrapped_whole_words_not_cut():
               "yet the first token takes 1.97 s at P95: the time goes after scheduling - model prefill or the path "
               "between gateway and Triton.")
     d = Delivery(12.0, "wecom", "llm-owners-wecom", "firing", ("LlmTtftP95High",),
-                 "[FIRING:1] LlmTtftP95High toy_llm acme realtime warning", "https://runbooks/LlmTtftP95High.md", triage)
+                 "[FIRING:1] LlmTtftP95High toy_llm acme realtime warning", "https://runbooks/LlmTtftP95High.md",
+                 triage)
     reporter.event(Event(12.0, "delivered", d.title, delivery=d, after_s=18.1))
     text = out.getvalue()
     assert " ".join(text.split()).endswith(" ".join(("triage: " + triage).split()))  # every word, in order

@@ -20,9 +20,9 @@ import time
 import pytest
 import requests
 
+from connection_attack import IdleAttack, closed_within
 from gateway_support import GatewayProcess, RunningProxy, Script, ScriptedUpstream, make_spec, wait_until
 from inferwatch.exporters.gateway.bounds import FD_RESERVE, connection_cap
-from connection_attack import IdleAttack, closed_within
 
 FD_LIMIT = 1024
 IDLE_CONNECTIONS = 1100

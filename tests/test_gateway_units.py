@@ -9,13 +9,20 @@ import zlib
 import brotli
 import pytest
 
-from gateway_support import chat_chunk, make_spec, usage_chunk, DONE
+from gateway_support import DONE, chat_chunk, make_spec, usage_chunk
 from inferwatch.exporters.gateway import Gateway, GatewayMiddleware
-from inferwatch.exporters.gateway.meter import RequestMeter
 from inferwatch.exporters.gateway.decoding import TooLarge, Undecodable, decoder_for
-from inferwatch.exporters.gateway.metrics import (DURATION_BUCKETS, ITL_BUCKETS, OUTPUT_TOKENS_BUCKETS,
-                                                  TOKENS_PER_SECOND_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS,
-                                                  GatewayMetrics, code_label)
+from inferwatch.exporters.gateway.meter import RequestMeter
+from inferwatch.exporters.gateway.metrics import (
+    DURATION_BUCKETS,
+    ITL_BUCKETS,
+    OUTPUT_TOKENS_BUCKETS,
+    TOKENS_PER_SECOND_BUCKETS,
+    TPOT_BUCKETS,
+    TTFT_BUCKETS,
+    GatewayMetrics,
+    code_label,
+)
 from inferwatch.exporters.gateway.protocols import _int_after
 from inferwatch.exporters.gateway.routes import Classifier
 from inferwatch.exporters.gateway.sse import ErrorEvent, EventTooLarge, SseSplitter

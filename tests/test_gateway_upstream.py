@@ -13,7 +13,8 @@ import pytest
 from gateway_support import RunningProxy, make_spec
 
 TRITON = "/v2/models/toy_llm/generate_stream"
-EVENTS = [b'data: {"text_output":"a","output_token_count":1}\n\n', b'data: {"text_output":"b","output_token_count":2}\n\n',
+EVENTS = [b'data: {"text_output":"a","output_token_count":1}\n\n',
+          b'data: {"text_output":"b","output_token_count":2}\n\n',
           b'data: {"text_output":"c","output_token_count":3}\n\n']
 BODY = b"".join(EVENTS)
 SSE = b"Content-Type: text/event-stream\r\n"

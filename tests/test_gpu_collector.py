@@ -99,7 +99,7 @@ def test_backoff_spaces_reinit_attempts():
         if sim.calls > before:
             attempts.append(step * 0.5)
         clock.advance(0.5)
-    gaps = [b - a for a, b in zip(attempts, attempts[1:])]
+    gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
     assert gaps[:4] == [1, 2, 4, 8] and all(g == 8 for g in gaps[4:])
 
 

@@ -18,8 +18,14 @@ import pytest
 import requests
 
 from connection_attack import (
-    FD_LIMIT, SLOW_LORIS, assert_held, assert_logged_once_per_condition, closed_within, scrape_under_attack,
-    service_process, summary,
+    FD_LIMIT,
+    SLOW_LORIS,
+    assert_held,
+    assert_logged_once_per_condition,
+    closed_within,
+    scrape_under_attack,
+    service_process,
+    summary,
 )
 from gpu_support import FakeClock, samples
 from inferwatch.cli import UsageError, build_parser

@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from gpu_support import FakeClock, by_gpu, samples
+from inferwatch.exporters.gpu import simapi
 from inferwatch.exporters.gpu.collector import GpuCollector
 from inferwatch.exporters.gpu.exposition import Scrapes, YieldingView
 from inferwatch.exporters.gpu.scenario import parse_scenario
-from inferwatch.exporters.gpu import simapi
 from inferwatch.exporters.gpu.server import MetricsServer
 from inferwatch.exporters.gpu.sim import SimNvml
 
@@ -114,7 +114,7 @@ def test_name_filter_head_and_methods(served):
 def _alias_bomb() -> bytes:
     """301 bytes of YAML whose one entry expands to 9**9 scalars if aliases are followed."""
     parts = ["&a [x,x,x,x,x,x,x,x,x]"] + [f"&{cur} [" + ",".join([f"*{prev}"] * 9) + "]"
-                                          for prev, cur in zip("abcdefgh", "bcdefghi")]
+                                          for prev, cur in zip("abcdefgh", "bcdefghi", strict=True)]
     text = "- [" + ", ".join(parts) + "]\n"
     return (text + "#" * (300 - len(text)) + "\n").encode()
 

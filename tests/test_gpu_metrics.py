@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from golden import assert_matches_golden, promtool_check_metrics
 from inferwatch.exporters.gpu.metrics import CollectionStats, XidCounts, build_families
 from inferwatch.exporters.gpu.nvml import MemoryInfo, RemappedRows
@@ -15,13 +18,12 @@ from inferwatch.exporters.gpu.reading import (
     MigReading,
     Snapshot,
 )
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 GOLDEN = Path(__file__).parent / "golden" / "gpu_exporter.metrics"
 MIB = 1024 * 1024
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
-# Every name the GPU exporter's first version listed (ECC volatile/aggregate totals, remapped rows, remap failure included).
+# Every name the GPU exporter's first version listed (ECC volatile/aggregate totals, remapped rows, remap failure
+# included).
 REQUIRED_DCGM = [
     "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",

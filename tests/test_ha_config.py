@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
+from ha_support import ENV, HA_SPEC, ha_spec
 from inferwatch.compose import HA_FILE, NOTIFIER_SPEC, WEBHOOK_ALIAS
 from inferwatch.generate import render_all
 from inferwatch.kubernetes.monitoring import VALUES_FILE
@@ -21,8 +22,6 @@ from inferwatch.notifier.alertmanager_config import peer_flags
 from inferwatch.spec import SpecError, spec_from_dict
 from inferwatch.testing.alertmanager import start_alertmanager_cluster
 from inferwatch.testing.process import free_port
-
-from ha_support import ENV, HA_SPEC, ha_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "tests/fixtures/kubernetes/crds"
@@ -89,7 +88,8 @@ def test_one_alertmanager_configuration_passes_amtool_and_its_peers_form_one_clu
     flags = [peer_flags(spec, i) for i in range(3)]
     assert all(f"--cluster.peer={p.cluster_address}" in f for f in flags for p in spec.ha.alertmanager_peers())
     assert all("--cluster.peer-timeout=5s" in f for f in flags)
-    assert [files[f"deploy/alertmanager/cluster-flags-{i}.txt"].split() for i in range(3)] == flags
+    assert [[line for line in files[f"deploy/alertmanager/cluster-flags-{i}.txt"].splitlines()
+             if not line.startswith("#")] for i in range(3)] == flags
     # The real thing, on free loopback ports: three peers with the same file see each other.
     data = yaml.safe_load(HA_SPEC.read_text())
     data["ha"]["alertmanager"] = [{"address": f"127.0.0.1:{free_port()}", "cluster_address": f"127.0.0.1:{free_port()}"}

@@ -19,7 +19,6 @@ from inferwatch.notifier.service import NotifierService
 from inferwatch.spec import spec_from_dict
 from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.testing.process import free_port
-
 from notifier_support import AUTH, metric, spec_data, wait_for, webhook
 
 STARTS = "2026-01-01T00:00:00.000Z"
@@ -247,9 +246,8 @@ def test_a_lost_disk_costs_exactly_the_outbox_backlog(sims, tmp_path):
     import shutil
     import signal
 
-    from notifier_support import notifier_process
-
     from inferwatch.notifier.channels.pagerduty import dedup_key
+    from notifier_support import notifier_process
 
     spec = tmp_path / "spec.json"
     _phone_only_spec(sims, spec)

@@ -10,10 +10,9 @@ import subprocess
 import pytest
 import yaml
 
-from inferwatch.rules.ha import restart_settle_s, tolerance
-from inferwatch.rules.generate import outputs
-
 from ha_support import ha_spec
+from inferwatch.rules.generate import outputs
+from inferwatch.rules.ha import restart_settle_s, tolerance
 
 RUNBOOK = "https://github.com/inferwatch/inferwatch/blob/main/runbooks/AlertmanagerClusterDegraded.md"
 SUMMARY = "The Alertmanager cluster has fewer members than configured."

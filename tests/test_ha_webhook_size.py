@@ -12,7 +12,6 @@ import pytest
 from inferwatch.notifier.alertmanager_config import PATH, outputs
 from inferwatch.notifier.webhook_size import LABEL_LIMIT, VALUE_LIMIT, max_alerts
 from inferwatch.spec import spec_from_dict
-
 from notifier_support import metric, notifier_behind_alertmanager, wait_for
 
 BODY_LIMIT = 2 * 1024 * 1024

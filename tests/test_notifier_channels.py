@@ -9,14 +9,14 @@ import re
 from importlib.metadata import version
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inferwatch.notifier.channels import build_channel, channel_classes, default_rate
 from inferwatch.notifier.channels.base import classify_http, redact
 from inferwatch.notifier.channels.pagerduty import dedup_key
 from inferwatch.notifier.channels.text import cut_bytes, cut_runes, fit_lines, utf8_len
 from inferwatch.notifier.model import Notification, message_from_dict
-
 from notifier_support import fixture_body, make_spec, reset_sims, simulators, webhook  # noqa: F401 - reset_sims is an autouse fixture
 
 

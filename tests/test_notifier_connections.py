@@ -16,11 +16,10 @@ import pytest
 import requests
 import yaml
 
+from connection_attack import FD_LIMIT, IdleAttack, closed_within, fd_limit
 from inferwatch.connections import FD_RESERVE, connection_cap
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
-
-from connection_attack import FD_LIMIT, IdleAttack, closed_within, fd_limit
 from notifier_support import AUTH, make_spec, metric, notifier_process, spec_data, webhook
 
 IDLE_CONNECTIONS = 1100

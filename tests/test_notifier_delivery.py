@@ -19,7 +19,6 @@ from inferwatch.notifier.channels.base import utf8_len
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.testing.process import free_port, http_ok
-
 from notifier_support import AUTH, make_spec, spec_data, wait_for, webhook
 
 

@@ -15,7 +15,6 @@ import json
 import pytest
 
 from inferwatch.testing.channel_text import wecom_display
-
 from notifier_support import reset_sims, send_via, simulators, webhook  # noqa: F401 - reset_sims is an autouse fixture
 
 

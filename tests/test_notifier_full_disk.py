@@ -24,7 +24,6 @@ import requests
 import yaml
 
 from inferwatch.testing.channels import ProviderSimulators
-
 from notifier_support import AUTH, metric, notifier_process, spec_data, wait_for, webhook
 
 FULL_FOR_S = 5.0  # how long the channels are up while the disk stays full

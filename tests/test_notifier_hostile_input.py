@@ -20,14 +20,22 @@ from pathlib import Path
 
 import pytest
 import requests
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from inferwatch.notifier.model import (MAX_ALERTS, MAX_LABELS, MAX_VALUE_CHARS, NOTE_ANNOTATION, PayloadError,
-                                       Repair, message_from_dict, parse_webhook)
+from inferwatch.notifier.model import (
+    MAX_ALERTS,
+    MAX_LABELS,
+    MAX_VALUE_CHARS,
+    NOTE_ANNOTATION,
+    PayloadError,
+    Repair,
+    message_from_dict,
+    parse_webhook,
+)
 from inferwatch.notifier.outbox import SQLITE_INT_MAX, Outbox
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
-
 from notifier_support import AUTH, make_spec, wait_for, webhook
 
 
@@ -141,7 +149,8 @@ HOSTILE = [
                                                                       "[" * 5000 + "]" * 5000), 400,
      lambda e: "nested too deeply" in e),
     ("deeply nested body", b"[" * 100_000 + b"]" * 100_000, 400, lambda e: "JSON" in e),
-    ("status unknown", _with("status", "burning"), 400, lambda e: e.startswith("malformed Alertmanager webhook: status")),
+    ("status unknown", _with("status", "burning"), 400,
+     lambda e: e.startswith("malformed Alertmanager webhook: status")),
     ("version 3", _with("version", "3"), 400, lambda e: "version" in e),
     ("no alertname (Alertmanager's API allows it)", _with("alerts.0.labels", {"job": "x"}), 200,
      lambda m: m["alerts"][0]["labels"] == {"job": "x"}),

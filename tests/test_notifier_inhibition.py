@@ -11,13 +11,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from conftest import REPO_ROOT
 from inferwatch.notifier import amtree
 from inferwatch.notifier.alertmanager_config import PATH, inhibit_rules, outputs
 from inferwatch.spec import load_spec, spec_from_dict
-from rule_labels import alert_rules
-
-from conftest import REPO_ROOT
 from notifier_support import notifier_behind_alertmanager, wait_for
+from rule_labels import alert_rules
 
 SPEC = REPO_ROOT / "inferwatch.yaml"
 
@@ -70,7 +69,8 @@ def scope_violations(rules: list[dict], spec, external=()) -> tuple[list[str], l
                     hits += 1
                     missing = set(rule["equal"]) - branch.guaranteed - set(external)
                     if missing:
-                        crossing.append(f"inhibit_rules[{i}].{side}: {alert.alert} (branch {n}) may lack {sorted(missing)}")
+                        crossing.append(f"inhibit_rules[{i}].{side}: {alert.alert} (branch {n}) "
+                                        f"may lack {sorted(missing)}")
             if not hits:
                 dead.append(f"inhibit_rules[{i}].{side}: no alert of the rule files can match")
     return crossing, dead

@@ -9,15 +9,15 @@ import sqlite3
 
 import pytest
 import requests
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from conftest import REPO_ROOT
 from inferwatch.cli import main
 from inferwatch.notifier.outbox import OutboxError
 from inferwatch.notifier.routing import Router
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
-
-from conftest import REPO_ROOT
 from notifier_support import AUTH, TOKEN, fixture_body, make_spec, spec_data, wait_for, webhook
 
 

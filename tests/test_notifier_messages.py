@@ -17,7 +17,6 @@ from inferwatch.notifier.channels.base import json_bytes
 from inferwatch.notifier.model import Notification, message_from_dict
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channel_text import wecom_display
-
 from notifier_support import AUTH, make_spec, reset_sims, send_via, simulators, wait_for, webhook  # noqa: F401 - reset_sims is an autouse fixture
 
 

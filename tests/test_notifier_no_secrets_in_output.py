@@ -21,7 +21,6 @@ from aiohttp import web
 
 from inferwatch import redaction
 from inferwatch.testing.process import free_port
-
 from notifier_support import notifier_process, wait_for, webhook
 
 SLACK_TOKEN = "sLaCkT0kenQ9x8c7v6b5n4m3"          # a Slack hook's last path segment (24 chars)

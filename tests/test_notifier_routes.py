@@ -10,12 +10,11 @@ import subprocess
 import pytest
 import yaml
 
+from conftest import REPO_ROOT
 from inferwatch.cli import main
 from inferwatch.notifier import amtree
 from inferwatch.notifier.alertmanager_config import config, render
 from inferwatch.spec import load_spec
-
-from conftest import REPO_ROOT
 
 SPEC = REPO_ROOT / "inferwatch.yaml"
 

@@ -11,10 +11,9 @@ import requests
 
 from inferwatch.cli import main
 from inferwatch.notifier.service import NotifierService
-from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.spec import spec_from_dict
 from inferwatch.specload import SpecError
-
+from inferwatch.testing.channels import ProviderSimulators
 from notifier_support import AUTH, spec_data, wait_for, webhook
 
 

@@ -15,7 +15,6 @@ import yaml
 from inferwatch.notifier.senders import ProcessSender
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
-
 from notifier_support import AUTH, make_spec, notifier_process, spec_data, wait_for, webhook
 
 

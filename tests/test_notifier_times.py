@@ -14,7 +14,6 @@ from inferwatch.notifier.model import message_from_dict, parse_time
 from inferwatch.notifier.routing import Router
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
-
 from notifier_support import AUTH, make_spec, webhook
 
 

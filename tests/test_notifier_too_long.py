@@ -14,7 +14,6 @@ import requests
 
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
-
 from notifier_support import AUTH, TOKEN, make_spec, wait_for, webhook
 
 

@@ -129,7 +129,8 @@ def test_registry_lists_exactly_the_generated_names(spec):
 def test_prometheusrule_manifest_holds_the_same_groups(files):
     manifest = yaml.safe_load(files[PROMETHEUS_RULE])
     assert manifest["apiVersion"] == "monitoring.coreos.com/v1" and manifest["kind"] == "PrometheusRule"
-    from_files = [g for rel, t in sorted(files.items()) if rel.startswith(RULES_DIR) for g in yaml.safe_load(t)["groups"]]
+    from_files = [g for rel, t in sorted(files.items()) if rel.startswith(RULES_DIR)
+                  for g in yaml.safe_load(t)["groups"]]
     assert sorted(manifest["spec"]["groups"], key=lambda g: g["name"]) == sorted(from_files, key=lambda g: g["name"])
 
 
@@ -153,7 +154,8 @@ def test_prometheus_config_jobs_and_node_labels(files, tmp_path):
 
 
 def test_exporter_targets_take_address_and_node_or_a_plain_string():
-    spec = spec_from_dict({"targets": {"gpu_exporters": ["10.0.0.5:9400", {"address": "10.0.0.6:9400", "node": "gpu-b"}]}})
+    spec = spec_from_dict({"targets": {"gpu_exporters": ["10.0.0.5:9400",
+                                                         {"address": "10.0.0.6:9400", "node": "gpu-b"}]}})
     config = yaml.safe_load(outputs(spec)[PROMETHEUS_CONFIG])
     gpu = next(j for j in config["scrape_configs"] if j["job_name"] == "inferwatch-gpu")
     assert gpu["static_configs"] == [{"targets": ["10.0.0.5:9400"], "labels": {"node": "10.0.0.5"}},
@@ -177,7 +179,8 @@ def _generate_with(tmp_path, text: str) -> tuple[int, str]:
     ("targets: {triton: [{name: t, url: 'http://h:8000', metrics_interval_ms: 30000}]}\n",
      "prometheus.scrape_interval", "metrics_interval_ms = 30000"),
     ("prometheus: {scrape_interval: 30s, rate_window: 1m}\n", "prometheus.rate_window", "at least 4 scrape intervals"),
-    ("prometheus: {scrape_interval: 30s}\nlayers: {L3: {burn_rate_windows: [{name: x, long: 1h, short: 1m, factor: 14.4}]}}\n",
+    ("prometheus: {scrape_interval: 30s}\n"
+     "layers: {L3: {burn_rate_windows: [{name: x, long: 1h, short: 1m, factor: 14.4}]}}\n",
      "layers.L3.burn_rate_windows[0].short", "got 1m"),
     ("tiers: {realtime: {ttft_slo_seconds: 0.45}}\n", "tiers.realtime.ttft_slo_seconds", "bucket edge"),
 ])

@@ -95,9 +95,8 @@ def test_every_alert_keeps_the_cluster_where_series_carry_it():
 
 
 def test_every_recording_rule_keeps_the_cluster_where_series_carry_it():
-    from promql_labels import LabelFlow
+    from promql_labels import Branch, LabelFlow
     from rule_labels import JOB_OF_PREFIX
-    from promql_labels import Branch
 
     files = outputs(clustered_spec())
     rules = [r for rel, text in files.items() if rel.startswith(RULES_DIR)

@@ -121,7 +121,7 @@ def dcgm(metric: str, gpu: int, *, host: str = "Hostname", node: str | None = "g
               "device": f"nvidia{gpu}", "modelName": "NVIDIA H100 80GB HBM3", host: "gpu-host-a",
               "DCGM_FI_DRIVER_VERSION": "570.124.06"}
     if pod:
-        labels.update(zip(("namespace", "pod", "container"), pod))
+        labels.update(zip(("namespace", "pod", "container"), pod, strict=False))
     labels.update(extra)
     labels.update(job=DCGM_JOB, instance=instance)
     if node:

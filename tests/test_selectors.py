@@ -8,7 +8,6 @@ own parser)."""
 from __future__ import annotations
 
 import dataclasses
-
 import re
 import subprocess
 

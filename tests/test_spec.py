@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import REPO_ROOT
 from inferwatch.cli import main
 from inferwatch.spec import Duration, SpecError, load_spec, spec_from_dict
-
-from conftest import REPO_ROOT
 
 
 def test_example_spec_loads_with_its_values():
@@ -28,12 +27,14 @@ def test_defaults_fill_an_empty_spec():
 
 
 @pytest.mark.parametrize("data, path, expected", [
-    ({"layers": {"L1": {"temperature_critical_celsius": "hot"}}}, "layers.L1.temperature_critical_celsius", "expected a number"),
+    ({"layers": {"L1": {"temperature_critical_celsius": "hot"}}}, "layers.L1.temperature_critical_celsius",
+     "expected a number"),
     ({"layers": {"L2": {"for": "5 minutes"}}}, "layers.L2.for", "expected a duration"),
     ({"targets": {"triton": [{"name": "t", "url": "ftp://x"}]}}, "targets.triton[0].url", "http(s) URL"),
     ({"targets": {"triton": [{"url": "http://x:8000"}]}}, "targets.triton[0].name", "required"),
     ({"layerz": {}}, "layerz", "unknown field"),
-    ({"tiers": {"realtime": {"availability_objective": 1.5}}}, "tiers.realtime.availability_objective", "between 0 and 1"),
+    ({"tiers": {"realtime": {"availability_objective": 1.5}}}, "tiers.realtime.availability_objective",
+     "between 0 and 1"),
     ({"channels": {"x": {"type": "fax", "url": "${X}"}}}, "channels.x.type", "expected one of"),
     ({"routes": [{"receivers": ["nope"]}]}, "routes[0].receivers", "unknown channel"),
     ({"channels": {"s": {"type": "slack", "url": "https://hooks/${X}"}}}, "channels.s.url", "whole value"),

@@ -14,8 +14,7 @@ import pytest
 
 from inferwatch import cli
 from inferwatch.testing.process import free_port
-from triage_scenarios import (FAST_TTFT_P95_SECONDS, SITUATIONS, TTFT_P95_SECONDS, start_prepared_prometheus)
-
+from triage_scenarios import FAST_TTFT_P95_SECONDS, SITUATIONS, TTFT_P95_SECONDS, start_prepared_prometheus
 
 SPEC = Path(__file__).resolve().parents[1] / "inferwatch.yaml"  # realtime TTFT target 300 ms, classifier queue 250 ms
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from inferwatch.spec import load_spec
-from inferwatch.triage.condition import judge as judge_condition, names_in, presence_only_names
+from inferwatch.triage.condition import judge as judge_condition
+from inferwatch.triage.condition import names_in, presence_only_names
 from inferwatch.triage.engine import BUILTIN_UNITS, judge, resolve_thresholds
 from inferwatch.triage.evidence import load_runbooks
 from inferwatch.triage.thresholds import condition_value

@@ -3,15 +3,14 @@ exception, never a wait past the deadline) when Prometheus is dead or hangs."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import socket
 import threading
-
-import pytest
-
-import datetime as dt
 import time
 from pathlib import Path
+
+import pytest
 
 from inferwatch.spec import load_spec
 from inferwatch.testing.process import free_port

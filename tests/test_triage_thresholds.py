@@ -72,7 +72,8 @@ def has_token(expr: str, token: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(token)}(?![\w.])", expr) is not None
 
 
-CASES = [(spec_name, rule_index) for spec_name, path in SPECS.items() for rule_index in range(len(rules(load_spec(path))))]
+CASES = [(spec_name, rule_index) for spec_name,
+         path in SPECS.items() for rule_index in range(len(rules(load_spec(path))))]
 
 
 @pytest.mark.parametrize("spec_name", sorted(SPECS))
@@ -98,7 +99,7 @@ def test_condition_thresholds_are_the_rules(spec_name, rule_index):
                    if r.value is not None}
         checked = []
         for node in threshold_expressions(tree, set(runbook.thresholds)):
-            value = eval(compile(ast.Expression(node), "<condition>", "eval"), {}, dict(numbers))  # names + numbers only
+            value = eval(compile(ast.Expression(node), "<condition>", "eval"), {}, dict(numbers))  # noqa: S307 - names + numbers only
             token = num(float(f"{value:.10g}"))
             assert has_token(text, token), (f"{rule.alert} {labels}: condition part {ast.unparse(node)} = {token} "
                                             f"is not in the rule:\n{text}")

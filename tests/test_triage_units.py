@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import pytest
-
 from pathlib import Path
 
+import pytest
+
 from inferwatch.spec import Duration, load_spec
-from inferwatch.triage.condition import (ConditionError, compile_condition, evaluate, judge, missing_names, names_in,
-                                         presence_only_names)
-from inferwatch.triage.thresholds import query_form, resolve
+from inferwatch.triage.condition import (
+    ConditionError,
+    compile_condition,
+    evaluate,
+    judge,
+    missing_names,
+    names_in,
+    presence_only_names,
+)
 from inferwatch.triage.engine import format_value
 from inferwatch.triage.evidence import RunbookError, load_runbook
 from inferwatch.triage.scope import regex_literal, scoped
+from inferwatch.triage.thresholds import query_form, resolve
 
 
 def holds(text: str, **values) -> bool:

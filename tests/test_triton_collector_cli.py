@@ -75,7 +75,8 @@ def test_answer_limit_from_the_spec_and_the_flag(tmp_path):
     assert by_name == {"big": 64 * 2 ** 20, "default": 16 * 2 ** 20}
     flagged = build_targets(_args("--spec", str(spec), "--max-answer-bytes", "2048"))
     assert {t.max_answer_bytes for t in flagged} == {2048}
-    spec.write_text(yaml.safe_dump({"targets": {"triton": [{"name": "x", "url": "http://a:1", "max_answer_bytes": 5}]}}))
+    spec.write_text(yaml.safe_dump({"targets": {"triton": [{"name": "x", "url": "http://a:1",
+                                                            "max_answer_bytes": 5}]}}))
     with pytest.raises(SpecError, match="max_answer_bytes"):
         build_targets(_args("--spec", str(spec)))
 

@@ -18,7 +18,12 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from connection_attack import (
-    FD_LIMIT, SLOW_LORIS, assert_held, assert_logged_once_per_condition, scrape_under_attack, service_process,
+    FD_LIMIT,
+    SLOW_LORIS,
+    assert_held,
+    assert_logged_once_per_condition,
+    scrape_under_attack,
+    service_process,
     summary,
 )
 from inferwatch.connections import connection_cap

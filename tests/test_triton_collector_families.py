@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from golden import assert_matches_golden, promtool_check_metrics
 from inferwatch.exporters.triton.families import (
     REASON_MAX_CHARS,
@@ -20,8 +23,6 @@ from inferwatch.exporters.triton.snapshot import (
     parse_index,
 )
 from inferwatch.exporters.triton.stats import parse_stats
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 GOLDEN = Path(__file__).parent / "golden" / "triton_collector.metrics"
 

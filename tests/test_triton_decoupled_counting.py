@@ -40,7 +40,8 @@ def test_streamed_errors_and_cancellations_as_triton_counts_them(triton_factory,
         assert stream(server.url, "toy_llm", {"text_input": "hi", "max_tokens": 4, "token_delay_ms": 0}) == (4, False)
         assert stream(server.url, "toy_llm", {"text_input": "hi", "max_tokens": 8, "token_delay_ms": 0,
                                               "fail": 1.0}) == (4, True)
-        assert stream(server.url, "toy_llm", {"text_input": "hi", "max_tokens": 40, **slow}, cancel_after=2) == (2, False)
+        assert stream(server.url, "toy_llm", {"text_input": "hi", "max_tokens": 40, **slow}, cancel_after=2) == (2,
+                                                                                                                 False)
         # chat_ens: 1 clean stream, 1 error mid-stream in its decoupled step.
         body = {"text_input": "hi", "max_tokens": 8, "parameters": {"token_delay_ms": 0}}
         assert stream(server.url, "chat_ens", body) == (8, False)

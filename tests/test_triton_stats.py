@@ -10,7 +10,11 @@ import pytest
 
 from inferwatch.exporters.triton.answers import decode_json
 from inferwatch.exporters.triton.stats import (
-    INFERENCE_STATS, BadValue, DurationStat, exact_int, parse_stats,
+    INFERENCE_STATS,
+    BadValue,
+    DurationStat,
+    exact_int,
+    parse_stats,
 )
 
 BIG = 2 ** 53 + 1  # 9007199254740993: the first integer a float64 cannot hold

@@ -214,7 +214,8 @@ FINDINGS = {
     ("TritonCollectorDown", "no-targets"): F({"targets_in_job": None, "collector_up": None}, {"targets_in_job": 1}),
     ("TritonCollectorDown", "slow-polls"): F({"poll_duration_seconds": 8, "scrape_duration_seconds": 1},
                                              {"poll_duration_seconds": 1, "scrape_duration_seconds": 1}),
-    ("TritonCollectorDown", "collector-down"): F({"collector_up": 0, "triton_metrics_up": 1}, {"collector_up": 1, "targets_in_job": 1}),
+    ("TritonCollectorDown", "collector-down"): F({"collector_up": 0, "triton_metrics_up": 1}, {"collector_up": 1,
+                                                                                               "targets_in_job": 1}),
 
     ("LlmTtftP95High", "telemetry-gap"): F({}, {"triton_queue_p95_seconds": 0.01, "batch_size_avg": 4}),
     ("LlmTtftP95High", "capacity"): F({"triton_queue_p95_seconds": 0.5, "gpu_util_ratio": 0.97},

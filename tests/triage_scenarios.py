@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-
 from pathlib import Path
 
 from inferwatch.testing.backfill import Series, counter, create_blocks, gauge, write_openmetrics
@@ -198,7 +197,8 @@ def version_run_series(run: VersionRun, end: float) -> list[Series]:
     tri = {"job": "triton", "instance": f"{run.node}:8002", "node": run.node, "triton": triton, "model": run.model}
     out = [gauge("inferwatch_triton_up", col, 1, start, end)]
     for version in run.earlier_versions:
-        out.append(gauge("inferwatch_triton_model_ready", {**col, "model": run.model, "version": version}, 1, start, end))
+        out.append(gauge("inferwatch_triton_model_ready", {**col, "model": run.model, "version": version}, 1, start,
+                         end))
         out.append(counter("nv_inference_request_success", {**tri, "version": version}, 10.0, start, end))
     v = {**tri, "version": run.failing_version}
     out.append(gauge("inferwatch_triton_model_ready", {**col, "model": run.model, "version": run.failing_version}, 1,

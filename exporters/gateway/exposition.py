@@ -86,7 +86,7 @@ async def _forked(render, request: web.Request):
     finally:
         os.close(read_fd)
         await asyncio.get_running_loop().run_in_executor(None, _reap, pid)
-    status, headers, body, compress = pickle.loads(data)
+    status, headers, body, compress = pickle.loads(data)  # noqa: S301 - written by our own forked child
     return status, headers, body, compress
 
 

@@ -62,8 +62,9 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 class Request:
     """One parsed request. `target`: the request target as sent (str); `headers`: [(name, value)] as sent,
     repeated fields kept (text is UTF-8 with surrogateescape: any byte round-trips exactly when encoded the
-    same way, as the proxy does for the upstream and for the answer's head); `fields`: lower-case name → first value; `body`: bytes (b"" when
-    `too_large`); `started`: time.perf_counter() when its head was complete; `remote`: the peer's address."""
+    same way, as the proxy does for the upstream and for the answer's head); `fields`: lower-case name → first value;
+    `body`: bytes (b"" when `too_large`); `started`: time.perf_counter() when its head was complete; `remote`: the
+    peer's address."""
 
     __slots__ = ("method", "target", "version", "headers", "fields", "body", "started", "keep_alive", "remote",
                  "too_large", "content_length")

@@ -1,7 +1,8 @@
 """Label values for gateway metrics, folded to the bounded set the spec declares.
 
-Cardinality is bounded by configuration, never by requests (research/llm_metrics.md §5.1): a tenant,
-model or service the spec does not declare becomes `other`; no user, request or key ever becomes a label.
+Cardinality is bounded by configuration, never by requests (as vLLM, LiteLLM and Envoy AI Gateway do;
+docs/sources.md#llm-user-experience-metrics): a tenant, model or service the spec does not declare becomes
+`other`; no user, request or key ever becomes a label.
 """
 
 from __future__ import annotations

@@ -3,17 +3,17 @@
 One request's life is `start` (construction) → `tokens(n)` per token-bearing event → `finish(outcome, code)`.
 The proxy and the in-process API both drive this class; nothing else computes a gateway metric.
 
-Definitions (research/llm_metrics.md §3, §4.2, §7):
+Definitions (docs/sources.md#llm-user-experience-metrics):
 - TTFT: arrival → first token-bearing event; streamed requests only (a non-streamed TTFT would equal the
   whole latency, a fault seen in LiteLLM and others).
 - ITL: gap between consecutive token-bearing events divided by the tokens of the later event, observed once
-  per token, so a chunk with several tokens does not inflate it (SGLang, vLLM PR #50600).
+  per token, so a chunk with several tokens does not inflate it (as SGLang and vLLM do).
 - TPOT: (last token − first token) / (tokens − 1), once per successful streamed request with ≥ 2 tokens
   (vLLM `request_time_per_output_token_seconds`, OpenTelemetry `gen_ai.server.time_per_output_token`).
 - Output tokens per second: output tokens / request duration (AIPerf "E2E output token throughput").
 - Tokens metered: the upstream's exact count when it reports one (OpenAI `usage`, a cumulative count field),
   else the tokens counted from events; every outcome is metered, cancelled and failed streams included,
-  so billing and per-request metrics agree (vLLM #55634).
+  so billing and per-request metrics agree (in vLLM they do not for aborted streams).
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
 Both the streaming proxy and the in-process API / ASGI middleware record through `GatewayMetrics`, so a
 dashboard cannot tell which one measured a request. Histograms are in seconds (tokens for output length).
 
-Bucket sources (shared/research/llm_metrics.md §1.4, §4.2, §4.4): vLLM's TTFT list reaches 2560 s and its
+Bucket sources (docs/sources.md#llm-user-experience-metrics): vLLM's TTFT list reaches 2560 s and its
 ITL/TPOT list 0.01–80 s; OpenTelemetry GenAI uses 0.001–10 s for TTFT and ×4 steps for token counts. Peers
 were criticised for buckets too coarse below 50 ms (a proxy adds ~1 ms; a fast model's ITL is 5–20 ms), so
 every latency list here is fine below 50 ms and reaches minutes. TTFT_BUCKETS must hold every SLO threshold
-the rules generator may use (0.1, 0.2, 0.25, 0.3, 0.5, 1, 2, 5, 10, 20 s; CONVENTIONS.md).
+the rules generator may use (0.1, 0.2, 0.25, 0.3, 0.5, 1, 2, 5, 10, 20 s): rules/validate.py rejects a spec
+whose TTFT threshold is not a bucket edge.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 
 ITL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
                0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 80.0)
 TPOT_BUCKETS = ITL_BUCKETS
-DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 0.75, 1.0, 2.0, 2.5, 5.0, 10.0, 20.0,
-                    30.0, 60.0, 120.0, 300.0, 600.0, 1200.0)
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 0.75, 1.0, 2.0, 2.5, 5.0, 10.0,
+                    20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0)
 OUTPUT_TOKENS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
                          131072)
 TOKENS_PER_SECOND_BUCKETS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000, 10000)

@@ -29,7 +29,15 @@ from inferwatch.exporters.gpu.metrics import CollectionStats, XidCounts, build_f
 from inferwatch.exporters.gpu.nvml import Nvml, error_name
 from inferwatch.exporters.gpu.pods import PodMap
 from inferwatch.exporters.gpu.reading import (
-    Device, ErrorTally, GpuIdentity, GpuReading, LibraryLost, Snapshot, discover, open_device, read_gpu,
+    Device,
+    ErrorTally,
+    GpuIdentity,
+    GpuReading,
+    LibraryLost,
+    Snapshot,
+    discover,
+    open_device,
+    read_gpu,
 )
 
 log = logging.getLogger(__name__)

@@ -117,7 +117,8 @@ class RealNvml:
         return int(pynvml.nvmlDeviceGetPcieReplayCounter(handle))
 
     def total_ecc_errors(self, handle: Any, uncorrected: bool, aggregate: bool) -> int:
-        error_type = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED if uncorrected else pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        error_type = (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED if uncorrected
+                      else pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED)
         counter = pynvml.NVML_AGGREGATE_ECC if aggregate else pynvml.NVML_VOLATILE_ECC
         return int(pynvml.nvmlDeviceGetTotalEccErrors(handle, error_type, counter))
 

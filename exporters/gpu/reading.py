@@ -20,7 +20,13 @@ import pynvml
 
 from inferwatch.exporters.gpu import sanity
 from inferwatch.exporters.gpu.nvml import (
-    DEVICE_LOST, LIBRARY_LOST, MemoryInfo, Nvml, RemappedRows, classify, error_name,
+    DEVICE_LOST,
+    LIBRARY_LOST,
+    MemoryInfo,
+    Nvml,
+    RemappedRows,
+    classify,
+    error_name,
 )
 from inferwatch.exporters.gpu.sanity import PERCENT, TEMPERATURE, UINT32, UINT64, Bounds
 

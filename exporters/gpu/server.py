@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from inferwatch.exporters.gpu import simapi
 from inferwatch.exporters.gpu.exposition import ExpositionCache
-from inferwatch.httpserver import Bounds, BoundedServer, ConnectionMetrics, metrics_response
+from inferwatch.httpserver import BoundedServer, Bounds, ConnectionMetrics, metrics_response
 
 METRICS_PREFIX = "inferwatch_gpu_exporter"
 

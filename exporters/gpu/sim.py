@@ -177,7 +177,8 @@ class SimNvml:
             self._device(handle, "uuid")
             if isinstance(handle, _MigDevice):   # MIG devices have UUIDs of their own, "MIG-" + a UUID
                 parent = handle.parent.index
-                return f"MIG-{uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f'inferwatch-sim-mig-{parent}-{handle.instance.gi_id}')}"
+                name = f"inferwatch-sim-mig-{parent}-{handle.instance.gi_id}"
+                return f"MIG-{uuidlib.uuid5(uuidlib.NAMESPACE_DNS, name)}"
             base = uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"inferwatch-sim-{self.scenario.model}-{handle.index}")
             return f"GPU-{base}"
 

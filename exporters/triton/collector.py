@@ -56,7 +56,7 @@ class TritonCollector:
     async def _poll_all(self) -> list[TritonSnapshot]:
         snaps = await asyncio.gather(*(r.read() for r in self._readers), return_exceptions=True)
         done = []
-        for reader, snap in zip(self._readers, snaps):
+        for reader, snap in zip(self._readers, snaps, strict=True):
             if isinstance(snap, BaseException):
                 # A bug in reading one target must not stop the others or the loop.
                 log.error("triton %s: poll crashed: %r", reader.target.name, snap)

@@ -70,7 +70,8 @@ def build_families(snapshots: Iterable[TritonSnapshot],
                                   "0 means rules must fall back to averages", labels=["triton"])
     state = GaugeMetricFamily(P + "model_state",
                               "state set of a model version: 1 for the current state "
-                              "(READY, UNAVAILABLE, LOADING, UNLOADING)", labels=["triton", "model", "version", "state"])
+                              "(READY, UNAVAILABLE, LOADING, UNLOADING)",
+                              labels=["triton", "model", "version", "state"])
     model_ready = GaugeMetricFamily(P + "model_ready", "1 when the model version is READY",
                                     labels=["triton", "model", "version"])
     reason = InfoMetricFamily(P + "model_state_reason",

@@ -24,7 +24,13 @@ from urllib.parse import quote, urlparse
 import aiohttp
 
 from inferwatch.exporters.triton.answers import (
-    DEFAULT_MAX_ANSWER_BYTES, CHUNK_BYTES, AnswerTooLarge, HttpStatusError, decode_json, error_text, read_capped,
+    CHUNK_BYTES,
+    DEFAULT_MAX_ANSWER_BYTES,
+    AnswerTooLarge,
+    HttpStatusError,
+    decode_json,
+    error_text,
+    read_capped,
 )
 from inferwatch.exporters.triton.configcache import DEFAULT_MAX_AGE_SECONDS, ConfigCache, index_keys
 from inferwatch.exporters.triton.snapshot import PollError, TritonSnapshot, parse_config, parse_index
@@ -166,7 +172,7 @@ class TritonReader:
         answers = await asyncio.gather(*(
             self._call("config", _bind(self._config, n), errors, what=f"model {n}") for n in due))
         now = time.monotonic()
-        for name, figures in zip(due, answers):
+        for name, figures in zip(due, answers, strict=True):
             if isinstance(figures, _Failed):
                 self.configs.drop(name)
             else:

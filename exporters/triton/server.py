@@ -12,7 +12,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from inferwatch.httpserver import Bounds, BoundedServer, ConnectionMetrics, exposition, metrics_response
+from inferwatch.httpserver import BoundedServer, Bounds, ConnectionMetrics, exposition, metrics_response
 
 METRICS_PREFIX = "inferwatch_triton_collector"
 

@@ -32,7 +32,7 @@ def _distinct(groups: list[str]) -> dict[str, str]:
     (`toy_llm acme realtime warning`, `toy_llm globex realtime warning` -> `acme`, `globex`)."""
     words = [g.split() for g in groups]
     common = set.intersection(*(set(w) for w in words)) if len(words) > 1 else set()
-    return {g: " ".join(x for x in w if x not in common) or g for g, w in zip(groups, words)}
+    return {g: " ".join(x for x in w if x not in common) or g for g, w in zip(groups, words, strict=True)}
 
 
 def _secs(value: float | None) -> str:

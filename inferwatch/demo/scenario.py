@@ -18,10 +18,10 @@ import time
 
 from inferwatch.demo.faults import Fault
 from inferwatch.demo.observe import AlertState, AlertWatch, Delivery, DeliveryLog
+from inferwatch.errors import StackError
 from inferwatch.notifier.routing import Router
 from inferwatch.rules.names import ALERTS
 from inferwatch.spec import Spec
-from inferwatch.errors import StackError
 
 FAULT_GAP_S = 8.0          # between two fault injections, so the timeline reads one fault at a time
 SETTLE_S = 4.0             # after the last resolution: anything still on its way shows up

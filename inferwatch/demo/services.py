@@ -189,7 +189,7 @@ class DemoStack:
                     continue
                 self._add(future.result())
                 progress(future.result())
-        except BaseException as exc:  # Ctrl-C while waiting: still collect and stop whatever started
+        except BaseException as exc:  # noqa: BLE001 - Ctrl-C while waiting: still collect and stop whatever started
             error = exc
         finally:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -49,7 +49,8 @@ def vmalert_objects(spec: Spec, rule_files: dict[str, str]) -> list[dict]:
         "volumeMounts": [{"name": "rules", "mountPath": RULES_MOUNT, "readOnly": True}],
     }
     labels = {"app.kubernetes.io/name": "inferwatch", "app.kubernetes.io/component": "vmalert"}
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(spec, "inferwatch-vmalert", "vmalert"),
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": metadata(spec, "inferwatch-vmalert", "vmalert"),
                   "spec": {"replicas": 1, "selector": {"matchLabels": labels},
                            "template": {"metadata": {"labels": labels},
                                         "spec": {"containers": [container],
@@ -72,7 +73,8 @@ def generated(spec: Spec) -> dict[str, str]:
     """{relative path: text} for `inferwatch generate` (registered on its own, beside the kustomize base)."""
     import json
 
-    from inferwatch.rules.generate import HEADER, dump, outputs as rule_outputs
+    from inferwatch.rules.generate import HEADER, dump
+    from inferwatch.rules.generate import outputs as rule_outputs
 
     files = {}
     for path, docs in outputs(spec, rule_outputs(spec)).items():

@@ -23,7 +23,7 @@ from inferwatch.rules.promconfig import FEDERATED_ALERTS, FEDERATION_INSTANCE, j
 from inferwatch.spec import Spec
 
 MONITORING = "monitoring.coreos.com/v1"
-ALERTMANAGER_SECRET = "inferwatch-alertmanager"
+ALERTMANAGER_SECRET = "inferwatch-alertmanager"  # noqa: S105 - a Secret object's name
 FALLBACK_KEY = "pagerduty-fallback-key"
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # the Grafana sidecar's default label (kube-prometheus-stack)
 
@@ -117,8 +117,9 @@ FEDERATION_MONITOR = "inferwatch-prometheus-alerts"
 def alerting_monitors(spec: Spec) -> list[dict]:
     """kube-prometheus-stack's Alertmanager peers (source `alertmanager`) and Prometheus replicas (source
     `prometheus`, and `prometheus_alerts`: each replica's firing alerts from /federate), labelled for the
-    spec's selectors of those sources as the static configuration scrapes them, for the replica alerts (rules/ha.py). `replica` is the pod's name,
-    the value the operator gives each replica's external label (`replicaExternalLabelName`)."""
+    spec's selectors of those sources as the static configuration scrapes them, for the replica alerts (rules/ha.py).
+    `replica` is the pod's name, the value the operator gives each replica's external label
+    (`replicaExternalLabelName`)."""
     replica = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_name"],
                "targetLabel": spec.ha.replica_label}
     out = []

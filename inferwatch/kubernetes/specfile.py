@@ -10,9 +10,9 @@ put into the Secret instead.
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 import typing
-import posixpath
 from typing import Any
 
 from inferwatch.spec import Spec, TritonTarget

@@ -4,11 +4,10 @@ gossiping on loopback ports (the spec's `ha.alertmanager`, flags from alertmanag
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import requests
-
-import time
 
 from inferwatch.testing.process import ManagedProcess, StackError, free_port, http_ok, require_binary
 

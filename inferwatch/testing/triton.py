@@ -32,9 +32,10 @@ def pytriton_dir() -> Path:
 def backend_directory(workdir: Path) -> Path:
     """Build (once per workdir) a backend folder: backends/python/* + the stub for this Python version."""
     src = pytriton_dir()
-    stub = src / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}" / "triton_python_backend_stub"
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = src / "python_backend_stubs" / python / "triton_python_backend_stub"
     if not stub.exists():
-        raise StackError(f"no Triton Python backend stub for Python {sys.version_info.major}.{sys.version_info.minor} in {src}")
+        raise StackError(f"no Triton Python backend stub for Python {python} in {src}")
     dest = workdir / "backends"
     python_dir = dest / "python"
     if not (python_dir / "triton_python_backend_stub").exists():

@@ -131,7 +131,7 @@ def _eval(node: ast.AST, values: Mapping[str, float | None]):
     if isinstance(node, ast.Compare):
         left = _eval(node.left, values)
         unknown = False
-        for op, comparator in zip(node.ops, node.comparators):
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
             right = _eval(comparator, values)
             if left is None or right is None:
                 unknown = True

@@ -18,12 +18,20 @@ import time
 from typing import Mapping
 
 from inferwatch.spec import Duration, Spec
-from inferwatch.triage.condition import ConditionError, judge as judge_condition, missing_names
+from inferwatch.triage.condition import ConditionError, missing_names
+from inferwatch.triage.condition import judge as judge_condition
 from inferwatch.triage.evidence import Runbook
 from inferwatch.triage.scope import scoped
 from inferwatch.triage.sources import PrometheusSource, QueryResult
-from inferwatch.triage.thresholds import (BUILTINS, Threshold, builtin, condition_value, query_form, resolve,
-                                          selector_params)
+from inferwatch.triage.thresholds import (
+    BUILTINS,
+    Threshold,
+    builtin,
+    condition_value,
+    query_form,
+    resolve,
+    selector_params,
+)
 
 __all__ = ["Evidence", "MatchedFinding", "UnjudgedFinding", "ConditionVerdict", "Judgement", "AlertTriage",
            "triage_alert", "judge", "format_value", "resolve_thresholds", "query_params", "BUILTIN_UNITS"]

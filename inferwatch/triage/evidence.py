@@ -195,7 +195,8 @@ def load_runbook(path: Path) -> Runbook:
         raise RunbookError(f"{path}: evidence block needs at least one finding")
     causes = [f.cause for f in findings]
     if len(set(causes)) != len(causes):
-        raise RunbookError(f"{path}: a cause is named by two findings: {sorted({c for c in causes if causes.count(c) > 1})}")
+        twice = sorted({c for c in causes if causes.count(c) > 1})
+        raise RunbookError(f"{path}: a cause is named by two findings: {twice}")
     title_match = re.search(r"^#\s+(.+)$", text, re.M)
     return Runbook(path.stem, path, title_match.group(1).strip() if title_match else path.stem, queries, findings,
                    thresholds, conditions)

@@ -17,8 +17,8 @@ import re
 from typing import Mapping
 
 from inferwatch.rules.cluster import select
-from inferwatch.triage.evidence import PLACEHOLDER
 from inferwatch.spec import Spec
+from inferwatch.triage.evidence import PLACEHOLDER
 from inferwatch.triage.thresholds import QUERY_PARAM, selector_params
 
 __all__ = ["scoped", "regex_literal", "DEFAULT_RATE_WINDOW"]

@@ -21,6 +21,7 @@ import requests
 from inferwatch import redaction
 from inferwatch.notifier.channels.text import utf8_len  # noqa: F401 - re-exported for older imports
 from inferwatch.notifier.model import Notification
+
 # The channels redact through the one mechanism: each value given, every registered secret, the credential
 # patterns (URL query keys, Slack hook paths, user-info, Authorization values).
 from inferwatch.redaction import redact  # noqa: F401 - re-exported for the channels
@@ -70,7 +71,7 @@ class DeliveryResult:
 
     @classmethod
     def fail(cls, reason: str, detail: str, *, retryable: bool, retry_after: float | None = None) -> "DeliveryResult":
-        assert reason in REASONS, reason
+        assert reason in REASONS, reason  # noqa: S101 - a programming error, caught by the channel tests
         return cls(False, retryable, reason, detail, retry_after)
 
 
@@ -96,7 +97,7 @@ def reveal(secret: Secret | None, default: str | None = None) -> str:
         return default
     try:
         return secret.reveal()
-    except Exception as exc:  # SpecError: names the field and the variable or file, never the value
+    except Exception as exc:  # noqa: BLE001 - SpecError names the field and the variable or file, never the value
         raise SecretMissing(str(exc)) from None
 
 

@@ -24,8 +24,16 @@ from __future__ import annotations
 import math
 
 from inferwatch.notifier.channels.base import DeliveryResult, HttpChannel, reveal, too_long
-from inferwatch.notifier.channels.common import (AlertView, GroupView, coalesced_title, counts_by_name,
-                                                 group_title, group_view, is_http_url, title_parts)
+from inferwatch.notifier.channels.common import (
+    AlertView,
+    GroupView,
+    coalesced_title,
+    counts_by_name,
+    group_title,
+    group_view,
+    is_http_url,
+    title_parts,
+)
 from inferwatch.notifier.channels.template import SLACK_MARKERS, Run, cut_run, template_lines
 from inferwatch.notifier.channels.text import MIN_FIELD_CHARS, cut_runes, fit_field_cap
 from inferwatch.notifier.model import Notification

@@ -24,8 +24,15 @@ from __future__ import annotations
 import re
 
 from inferwatch.notifier.channels.base import DeliveryResult, HttpChannel, redact, reveal, too_long
-from inferwatch.notifier.channels.common import (AlertView, GroupView, coalesced_title, counts_by_name,
-                                                 group_view, is_http_url, title_parts)
+from inferwatch.notifier.channels.common import (
+    AlertView,
+    GroupView,
+    coalesced_title,
+    counts_by_name,
+    group_view,
+    is_http_url,
+    title_parts,
+)
 from inferwatch.notifier.channels.template import WECOM_MARKERS, Line, Run, cut_run, plain, template_lines
 from inferwatch.notifier.channels.text import MIN_FIELD_CHARS, fit_field_cap, fit_lines, utf8_len
 from inferwatch.notifier.model import Notification

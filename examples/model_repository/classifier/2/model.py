@@ -1,4 +1,5 @@
-"""classifier, version 2 (a retrained candidate for canaries): a fixed linear layer + softmax over 16 features -> 4 classes (numpy only).
+"""classifier, version 2 (a retrained candidate for canaries): a fixed linear layer + softmax over 16 features -> 4
+classes (numpy only).
 
 A classic batched model for the L2 layer. A request may carry the parameter `fail` (probability 0..1) to make
 the model fail that share of requests; the demo and tests use it to inject faults.
