@@ -218,6 +218,8 @@ FINDINGS = {
                                                                                                "targets_in_job": 1}),
 
     ("LlmTtftP95High", "telemetry-gap"): F({}, {"triton_queue_p95_seconds": 0.01, "batch_size_avg": 4}),
+    ("LlmTtftP95High", "upstream-not-on-triton"): F({"triton_models_reporting": 3},
+                                                    {"triton_queue_p95_seconds": 0.01, "batch_size_avg": 4}),
     ("LlmTtftP95High", "capacity"): F({"triton_queue_p95_seconds": 0.5, "gpu_util_ratio": 0.97},
                                       {"gpu_util_ratio": 0.5}),
     ("LlmTtftP95High", "batching-configuration"): F({"batch_size_avg": 1, "max_batch_size": 8, "gpu_util_ratio": 0.3},
@@ -330,4 +332,5 @@ ABSENCE_IS_THE_FINDING = {
     ("GatewayExporterDown", "no-targets"): ("targets_in_job", True),
     ("NotifierDown", "no-targets"): ("targets_in_job", True),
     ("LlmTtftP95High", "telemetry-gap"): ("ttft_p95_seconds", False),
+    ("LlmTtftP95High", "upstream-not-on-triton"): ("triton_models_reporting", False),
 }

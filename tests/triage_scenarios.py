@@ -68,8 +68,9 @@ SITUATIONS = [
     # not blame the network, only say the time goes after scheduling.
     Situation("llm-prefill", "node-h", "slow-after-scheduling", queue_p95_seconds=0.005, max_batch_size=0,
               gpu_util_percent=20, compute_seconds=0.001),
-    # Gateway sees slow TTFT but Prometheus has no Triton series for the model: metrics port blocked.
-    Situation("llm-dark", "node-d", "telemetry-gap"),
+    # Gateway sees slow TTFT but Triton, which reports other models, has no series for this one: the model is
+    # served by another upstream (or named differently on Triton).
+    Situation("llm-dark", "node-d", "upstream-not-on-triton"),
 ]
 
 # Nothing wrong by the alert's own measure: the evidence the old triage read as "slow after scheduling"
