@@ -113,6 +113,29 @@ def test_cancelled_request_is_metered_but_not_in_length_or_tpot():
     assert v("gateway_output_tokens_count") == 0 and v("gateway_time_per_output_token_seconds_count") == 0
 
 
+IN_PROCESS_COUNTS = [(-5, None), (True, None), (False, None), (1e23, None), (1.5, None), ("12", None),
+                     (10**23, None), (None, 4), (12, 12), (12.0, 12)]
+
+
+@pytest.mark.parametrize("value, want", IN_PROCESS_COUNTS, ids=[repr(r[0]) for r in IN_PROCESS_COUNTS])
+def test_in_process_usage_with_an_impossible_count_is_unmetered_not_raised(value, want):
+    """The in-process API applies the proxy's rule (counts.py): your handler is never broken by a count it
+    passes on from an upstream; the request is unmetered (invalid_count) instead."""
+    records = []
+    gateway = Gateway(make_spec(), usage_sink=records.append)
+    with gateway.request(tenant="acme", service="chat-web", model="toy_llm") as req:
+        req.tokens(4)
+        req.usage(output_tokens=value, input_tokens=3)
+    [usage] = records
+    invalid = want is None
+    assert (usage.outcome, usage.output_tokens) == ("ok", want)
+    assert (usage.input_tokens, usage.unmetered) == ((None, "invalid_count") if invalid else (3, None))
+    reg = gateway.metrics.registry
+    assert reg.get_sample_value("gateway_tokens_total", {**LABELS, "type": "output"}) == want
+    assert reg.get_sample_value("gateway_unmetered_responses_total",
+                                {"model": "toy_llm", "reason": "invalid_count"}) == (1 if invalid else None)
+
+
 def test_in_process_api_outcomes():
     gateway = Gateway(make_spec())
     with gateway.request(tenant="acme", service="chat-web", model="toy_llm") as req:
