@@ -97,7 +97,7 @@ class TritonReader:
         self._session: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
         self._was_up: bool | None = None
-        self._failing: set[tuple[str, str, str]] = set()  # logged once while they keep failing
+        self._failing: set[tuple[str, str, str, bool]] = set()  # logged once while they keep failing
 
     def _open(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -145,14 +145,14 @@ class TritonReader:
                 index = self._parsed("index", parse_index, index, errors)
             if not isinstance(index, _Failed):
                 index, problems = index
-                errors.extend(PollError("index", "bad_response", text, name) for name, text in problems)
+                errors.extend(PollError("index", "bad_response", text, name, True) for name, text in problems)
                 snap.models = index
                 await self._read_configs(snap, errors)
             if not isinstance(stats, _Failed):
                 stats = self._parsed("stats", parse_stats, stats, errors)
             if not isinstance(stats, _Failed):
                 parsed, problems = stats
-                errors.extend(PollError("stats", "bad_response", text, name) for name, text in problems)
+                errors.extend(PollError("stats", "bad_response", text, name, True) for name, text in problems)
                 known = None if snap.models is None else {(m.name, m.version) for m in snap.models}
                 # Only versions the index still lists: a model being unloaded must not linger via stats.
                 snap.stats = {k: v for k, v in parsed.items() if known is None or k in known}
@@ -231,24 +231,28 @@ class TritonReader:
         # One line when a call starts failing and one when it recovers, not one per poll.
         failing = set()
         for err in snap.errors:
-            key = (err.endpoint, err.cause, err.subject)
+            key = (err.endpoint, err.cause, err.subject, err.entry)
             failing.add(key)
             if key not in self._failing:
                 log.warning("triton %s: %s call%s failed (%s): %s", self.target.name, err.endpoint,
-                            _about(err.subject), err.cause, one_line(err.detail))
-        for endpoint, cause, subject in sorted(self._failing - failing):
-            log.info("triton %s: %s call%s recovered from %s", self.target.name, endpoint, _about(subject), cause)
+                            _about(err.subject, err.entry), err.cause, one_line(err.detail))
+        for endpoint, cause, subject, entry in sorted(self._failing - failing):
+            log.info("triton %s: %s call%s recovered from %s", self.target.name, endpoint, _about(subject, entry),
+                     cause)
         self._failing = failing
 
 
 def one_line(text: str) -> str:
-    """`text` with backslashes, line breaks and other control characters escaped as Python's repr does, so
-    it stays on one log line and cannot pass for another (repr without the quotes)."""
-    return repr(text)[1:-1] if not text.isprintable() or "\\" in text else text
+    """`text` when every character is printable, else escaped as Python's repr does (line breaks, control
+    and terminal escape characters, and then backslashes too, without the quotes), so it stays on one log line
+    and cannot pass for another."""
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
-def _about(subject: str) -> str:
-    return f" for model {subject!r}" if subject else ""
+def _about(subject: str, entry: bool = False) -> str:
+    if subject:
+        return f" for model {subject!r}"
+    return " for an entry without a model name" if entry else ""
 
 
 def _bind(fn, arg):

@@ -59,13 +59,15 @@ class ModelConfigFigures:
 
 @dataclasses.dataclass(frozen=True)
 class PollError:
-    """One failed call or malformed part of an answer. `subject`: the model it concerns ("" for the whole
-    call), which keys its log lines; `detail` may quote Triton's text (escaped when logged)."""
+    """One failed call or malformed part of an answer. `subject`: the model it concerns, `entry`: True for
+    one entry of an answer (the rest was used), False for the whole call; both key its log lines. `detail`
+    may quote Triton's text (escaped when logged)."""
 
     endpoint: str
     cause: str
     detail: str = ""
     subject: str = ""
+    entry: bool = False
 
 
 @dataclasses.dataclass
