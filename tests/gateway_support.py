@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import http.client
+import io
 import json
 import socket
 import threading
@@ -266,6 +268,45 @@ class GatewayProcess:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+# ------------------------------------------------------------- answers read off one raw connection
+class _Kept(io.BufferedReader):
+    def close(self):  # http.client closes the file after each answer; the next one is read from it too
+        pass
+
+
+class _Sock:
+    """What http.client.HTTPResponse reads from: one buffered file for the whole connection, so answers that
+    follow each other on it (keep-alive, pipelining) are read in turn."""
+
+    def __init__(self, sock: socket.socket):
+        self.file = _Kept(socket.SocketIO(sock, "rb"))
+
+    def makefile(self, *_args, **_kw):
+        return self.file
+
+
+def answers(sock: socket.socket, methods: list[str]) -> list[tuple[int, dict, bytes]]:
+    """Read one answer per method from `sock`: (status, headers lower-cased, body)."""
+    reader = _Sock(sock)
+    out = []
+    for method in methods:
+        resp = http.client.HTTPResponse(reader, method=method)
+        resp.begin()
+        out.append((resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()))
+    return out
+
+
+
+def raw_post(path: str, script: str, body: dict, close: bool = False) -> bytes:
+    """A POST of `body` as JSON, as tenant `script` with script `script` (ScriptedUpstream), for a raw socket
+    (pipelining); `close` asks the server to close the connection after answering it."""
+    data = json.dumps(body).encode()
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Tenant-ID: %s\r\n"
+            b"X-Script: %s\r\nContent-Length: %d\r\n%s\r\n%s"
+            % (path.encode(), script.encode(), script.encode(), len(data),
+               b"Connection: close\r\n" if close else b"", data))
 
 
 def requests_get(url: str, **kw):

@@ -11,7 +11,7 @@ import pytest
 import requests
 from aiohttp.http_exceptions import BadHttpMessage
 
-from gateway_support import RunningProxy, refused_port
+from gateway_support import RunningProxy, Script, ScriptedUpstream, answers, raw_post, refused_port, wait_until
 from inferwatch.exporters.gateway.serverlog import ServerLog
 
 
@@ -95,3 +95,72 @@ def test_repeated_request_headers_reach_the_upstream_repeated():
     head = received[0].decode("latin-1").lower()
     assert head.count("\r\nx-trace: ") == 2
     assert "\r\nx-forwarded-for: 10.0.0.1, 127.0.0.1\r\n" in head
+
+
+STREAM = [b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n',
+          b'data: {"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":1}}\n\n', b"data: [DONE]\n\n"]
+WHOLE = b'{"choices":[{"index":0,"message":{"content":"Hi"}}],"usage":{"prompt_tokens":2,"completion_tokens":1}}'
+
+
+def _boom(*_args, **_kw):
+    raise RuntimeError("injected metering bug")
+
+
+# (where the bug is injected, its log line)
+FAULTS = [
+    ("event", "metering failed in chunk"),       # reading a stream's event
+    ("body", "metering failed in parse_body"),   # reading a whole answer
+    ("finish", "metering failed in finish"),     # recording the request's end
+    ("sink", "usage record not written"),        # writing the usage log (a full disk)
+]
+
+
+@pytest.mark.parametrize("where, line", FAULTS, ids=[f[0] for f in FAULTS])
+def test_a_metering_failure_never_costs_an_answer_or_the_next_request(monkeypatch, caplog, where, line):
+    """A bug in metering (injected: any exception) leaves the relay alone: the client gets both pipelined
+    answers whole, the request is recorded as unmetered (reason meter_error, counts unknown), and the log
+    gets one line with the traceback, not one per request."""
+    from inferwatch.exporters.gateway import exchange
+    from inferwatch.exporters.gateway.meter import RequestMeter
+    from inferwatch.exporters.gateway.protocols import OpenAIEvents
+
+    up = ScriptedUpstream()
+    up.scripts["stream"] = Script(STREAM)
+    up.scripts["whole"] = Script([WHOLE], content_type="application/json")
+    proxy = RunningProxy(up.url)
+    try:
+        if where == "event":
+            monkeypatch.setattr(OpenAIEvents, "event", _boom)
+        elif where == "body":
+            monkeypatch.setattr(OpenAIEvents, "body", _boom)
+        elif where == "finish":
+            monkeypatch.setattr(RequestMeter, "finish", _boom)
+        else:
+            proxy.gateway.usage_sink = _boom
+        for key in list(exchange._bugs._last):
+            exchange._bugs.clear(key)  # a line logged by an earlier test must not hide this one's
+        caplog.set_level(logging.ERROR, logger=exchange.__name__)
+        script = "whole" if where == "body" else "stream"
+        body = {"model": "gpt-test", "stream": script == "stream"}
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as s:
+            s.sendall(raw_post("/v1/chat/completions", script, body) + raw_post("/v1/chat/completions", script, body)
+                      + raw_post("/v1/chat/completions", "whole", {"model": "gpt-test"}, close=True))
+            got = answers(s, ["POST"] * 3)
+        sent = up.scripts[script].body()
+        assert [(g[0], g[2]) for g in got] == [(200, sent), (200, sent), (200, WHOLE)]
+        if where in ("event", "body", "finish"):
+            assert not [h for h in got[0][1] if h.startswith("x-token-used")]  # unknown, not a guess
+            wait_until(lambda: len(proxy.usages) >= 2, what="two usage records")
+            first = proxy.usages[0]
+            assert (first.outcome, first.input_tokens, first.output_tokens, first.unmetered) == (
+                "ok", None, None, "meter_error")
+            assert proxy.value("gateway_unmetered_responses_total", model="gpt-test", reason="meter_error") >= 2
+        else:
+            proxy.wait_requests(3)
+            assert proxy.usages == []
+        lines = [r for r in caplog.records if line in r.getMessage()]
+        assert len(lines) == 1  # three failures, one line
+        assert (lines[0].exc_info is not None) == (where != "sink")  # a bug comes with its traceback
+    finally:
+        proxy.stop()
+        up.stop()

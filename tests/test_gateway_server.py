@@ -5,14 +5,12 @@ one line per kind, without a traceback)."""
 
 from __future__ import annotations
 
-import http.client
-import io
 import logging
 import socket
 
 import pytest
 
-from gateway_support import RunningProxy, Script, ScriptedUpstream, make_spec
+from gateway_support import RunningProxy, Script, ScriptedUpstream, answers, make_spec
 
 LIMIT = 4096  # gateway.max_body_bytes of these tests
 SERVER_LOG = "inferwatch.exporters.gateway.httpserver"
@@ -29,33 +27,6 @@ def stack():
     yield proxy, up
     proxy.stop()
     up.stop()
-
-
-class _Kept(io.BufferedReader):
-    def close(self):  # http.client closes the file after each answer; the next one is read from it too
-        pass
-
-
-class _Sock:
-    """What http.client.HTTPResponse reads from: one buffered file for the whole connection, so answers that
-    follow each other on it (keep-alive, pipelining) are read in turn."""
-
-    def __init__(self, sock: socket.socket):
-        self.file = _Kept(socket.SocketIO(sock, "rb"))
-
-    def makefile(self, *_args, **_kw):
-        return self.file
-
-
-def answers(sock: socket.socket, methods: list[str]) -> list[tuple[int, dict, bytes]]:
-    """Read one answer per method from `sock`: (status, headers lower-cased, body)."""
-    reader = _Sock(sock)
-    out = []
-    for method in methods:
-        resp = http.client.HTTPResponse(reader, method=method)
-        resp.begin()
-        out.append((resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()))
-    return out
 
 
 def connect(port: int) -> socket.socket:

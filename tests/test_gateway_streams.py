@@ -65,6 +65,16 @@ OUTPUT_FIELDS = [
 ] + [
     ("completions_text", COMPLETIONS, [("at", 0.1), sse(chunk(text="a")), sse(chunk(text="b")),
                                        sse(chunk(text="", finish="stop")), b"data: [DONE]\n\n"], "ok", 2, (0.1, 10.0)),
+    # An event stream is UTF-8 decoded with replacement (WHATWG HTML §9.2.6): an event with an invalid byte is
+    # the event the client sees (U+FFFD in its text), so it carries its token. The issue's input: 2 events, 2.
+    ("invalid_utf8_content", CHAT, [sse(HI), b'data: {"choices":[{"index":0,"delta":{"content":"\xff\xfe"}}]}\n\n',
+                                    sse(STOP), b"data: [DONE]\n\n"], "ok", 2, ANY),
+    ("truncated_utf8_sequence", CHAT, [sse(chunk({"content": "a"})), b'data: {"choices":[{"index":0,"delta":'
+                                       b'{"content":"\xe2\x82"}}]}\n\n', sse(STOP), b"data: [DONE]\n\n"], "ok", 2, ANY),
+    ("invalid_utf8_completions", COMPLETIONS, [b'data: {"choices":[{"index":0,"text":"\xc0\xaf"}]}\n\n',
+                                               sse(chunk(text="b", finish="stop")), b"data: [DONE]\n\n"], "ok", 2, ANY),
+    ("invalid_utf8_triton", TRITON, [b'data: {"text_output":"\xff"}\n\n', b'data: {"text_output":"b"}\n\n'],
+     "ok", 2, ANY),
     ("nothing_generated", CHAT, [sse(chunk({"role": "assistant", "content": ""}), chunk({"content": None}),
                                      chunk({"tool_calls": [], "refusal": None, "reasoning": ""}), STOP),
                                  b"data: [DONE]\n\n"], "ok", 0, None),
@@ -102,6 +112,8 @@ ERRORS = [
     ("tgi_error_type", CHAT, sse(b'{"error":"queue full","error_type":"overloaded"}'), "200", None, "overloaded"),
     ("event_named_error", CHAT, b'event: error\ndata: {"message":"bad gateway","code":502}\n\n', "502", 502, None),
     ("triton_error_event", TRITON, b'data: {"error":"model crashed"}\n\n', "200", None, None),
+    ("error_invalid_utf8", CHAT, sse(b'{"error":{"message":"\xff","type":"InternalServerError","code":500}}'),
+     "500", 500, "InternalServerError"),
 ]
 
 TENANTS = [r[0] for r in ROWS] + [r[0] for r in ERRORS] + ["http_429"]
@@ -133,7 +145,7 @@ def test_stream_is_metered_right(stack, row, path, items, outcome, tokens, ttft)
         assert raw == script.body()  # the client gets the bytes untouched
     usage = gw.wait_usage(tenant=row)
     labels = {"tenant": row, "model": model_of(path), "tier": "other"}
-    assert (usage["outcome"], usage["output_tokens"]) == (outcome, tokens)
+    assert (usage["outcome"], usage["output_tokens"], usage["unmetered"]) == (outcome, tokens, None)
     assert gw.value("gateway_requests_total", **labels, code="200", outcome=outcome) == 1
     ttft_count = gw.value("gateway_time_to_first_token_seconds_count", **labels)
     if ttft is None:

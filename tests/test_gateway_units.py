@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import zlib
 
@@ -11,6 +12,7 @@ import pytest
 
 from gateway_support import DONE, chat_chunk, make_spec, usage_chunk
 from inferwatch.exporters.gateway import Gateway, GatewayMiddleware
+from inferwatch.exporters.gateway.counts import MAX_TOKENS, InvalidCount, cumulative_count, token_count
 from inferwatch.exporters.gateway.decoding import TooLarge, Undecodable, decoder_for
 from inferwatch.exporters.gateway.meter import RequestMeter
 from inferwatch.exporters.gateway.metrics import (
@@ -23,7 +25,7 @@ from inferwatch.exporters.gateway.metrics import (
     GatewayMetrics,
     code_label,
 )
-from inferwatch.exporters.gateway.protocols import _int_after
+from inferwatch.exporters.gateway.protocols import _count_after
 from inferwatch.exporters.gateway.routes import Classifier
 from inferwatch.exporters.gateway.sse import ErrorEvent, EventTooLarge, SseSplitter
 
@@ -52,10 +54,36 @@ def test_sse_split_across_reads_several_per_read_crlf_and_comments():
     assert s.feed(b"\n\r\nevent: m\ndata: p\ndata: q\n\n") == [b"y", b"p\nq"]
 
 
-def test_int_after_reads_counts_without_parsing_json():
-    assert _int_after(b'{"text_output":"x","output_token_count":42}', b'"output_token_count":') == 42
-    assert _int_after(b'{"output_token_count": [7]}', b'"output_token_count":') == 7
-    assert _int_after(b'{"text_output":"output_token_count"}', b'"output_token_count":') is None
+# (JSON text of the value, the count or the InvalidCount reason): what an upstream may put in a count field.
+COUNT_VALUES = [
+    ("12", 12), ("0", 0), ("12.0", 12), ("[7]", 7), (" [ 7 ]", 7), ("null", None), (str(MAX_TOKENS), MAX_TOKENS),
+    ("-5", "negative"), ("-7", "negative"), ("true", "not an integer"), ("false", "not an integer"),
+    ("1.5", "not an integer"), ('"12"', "not an integer"), ("{}", "not an integer"), ("[]", "not an integer"),
+    ("99999999999999999999999", f"above {MAX_TOKENS}"), ("1e23", f"above {MAX_TOKENS}"),
+    (str(MAX_TOKENS + 1), f"above {MAX_TOKENS}"), ("-0.5", "not an integer"),
+]
+
+
+@pytest.mark.parametrize("text, want", COUNT_VALUES, ids=[r[0] for r in COUNT_VALUES])
+def test_count_fields_read_without_parsing_json_and_refuse_what_is_not_a_count(text, want):
+    data = b'{"text_output":"x","output_token_count":' + text.encode() + b',"z":1}'
+    parsed = json.loads(text)
+    if isinstance(want, str):
+        with pytest.raises(InvalidCount) as found:
+            _count_after(data, b'"output_token_count":', "output_token_count")
+        assert (found.value.field, found.value.why) == ("output_token_count", want)
+        with pytest.raises(InvalidCount):  # the parsed value (OpenAI usage) is judged the same way
+            token_count(parsed[0] if isinstance(parsed, list) and parsed else parsed, "usage.completion_tokens")
+    else:
+        assert _count_after(data, b'"output_token_count":', "output_token_count") == want
+    assert _count_after(b'{"text_output":"output_token_count"}', b'"output_token_count":', "x") is None
+
+
+def test_a_cumulative_count_may_not_go_back():
+    assert cumulative_count(5, 5, "usage.completion_tokens") == 5
+    with pytest.raises(InvalidCount, match="below an earlier"):
+        cumulative_count(4, 5, "usage.completion_tokens")
+    assert InvalidCount("f", "negative", "x" * 100).value.endswith("...")  # the logged value stays short
 
 
 def test_meter_definitions_with_a_literal_clock():
@@ -90,6 +118,29 @@ def test_cancelled_request_is_metered_but_not_in_length_or_tpot():
     assert v("gateway_tokens_total", type="output") == 2
     assert v("gateway_requests_total", code="200", outcome="cancelled") == 1
     assert v("gateway_output_tokens_count") == 0 and v("gateway_time_per_output_token_seconds_count") == 0
+
+
+IN_PROCESS_COUNTS = [(-5, None), (True, None), (False, None), (1e23, None), (1.5, None), ("12", None),
+                     (10**23, None), (None, 4), (12, 12), (12.0, 12)]
+
+
+@pytest.mark.parametrize("value, want", IN_PROCESS_COUNTS, ids=[repr(r[0]) for r in IN_PROCESS_COUNTS])
+def test_in_process_usage_with_an_impossible_count_is_unmetered_not_raised(value, want):
+    """The in-process API applies the proxy's rule (counts.py): your handler is never broken by a count it
+    passes on from an upstream; the request is unmetered (invalid_count) instead."""
+    records = []
+    gateway = Gateway(make_spec(), usage_sink=records.append)
+    with gateway.request(tenant="acme", service="chat-web", model="toy_llm") as req:
+        req.tokens(4)
+        req.usage(output_tokens=value, input_tokens=3)
+    [usage] = records
+    invalid = want is None
+    assert (usage.outcome, usage.output_tokens) == ("ok", want)
+    assert (usage.input_tokens, usage.unmetered) == ((None, "invalid_count") if invalid else (3, None))
+    reg = gateway.metrics.registry
+    assert reg.get_sample_value("gateway_tokens_total", {**LABELS, "type": "output"}) == want
+    assert reg.get_sample_value("gateway_unmetered_responses_total",
+                                {"model": "toy_llm", "reason": "invalid_count"}) == (1 if invalid else None)
 
 
 def test_in_process_api_outcomes():

@@ -134,6 +134,48 @@ def test_xid_events_are_counted_per_code_by_the_event_thread():
         watcher.stop()
 
 
+# XIDs that are no code, if they arrive anyway: (value, where from, the class and error they are counted under)
+IMPOSSIBLE_XIDS = [
+    (2**64 - 1, "sim", ("blank", "NvmlValueNotAvailable")),       # what NVML writes for "not available"
+    (99999999999999999999, "direct", ("out_of_range", "AbovePhysicalRange")),  # wider than unsigned long long
+    (0, "direct", ("out_of_range", "BelowPhysicalRange")),
+    (-1, "direct", ("blank", "NvmlValueNotAvailable")),
+]
+
+
+def test_impossible_xids_are_dropped_and_counted_never_exported():
+    clock = FakeClock()
+    sim = SimNvml(load_scenario(SCENARIOS / "healthy.yaml"), clock=clock)
+    collector = GpuCollector(sim, "node-a", wall=clock, monotonic=clock)
+    collector.collect_once()
+    identity = collector.devices_for_events()[1][0].identity
+    watcher = XidWatcher(sim, collector, timeout_ms=50, idle_s=0.01)
+    watcher.start()
+    try:
+        for xid, source, _ in IMPOSSIBLE_XIDS:
+            if source == "sim":
+                sim.add_events([{"gpu": 0, "xid": xid}])  # the simulator takes what the C type holds
+            else:
+                collector.record_xid(identity, xid)        # what no NVML could deliver: the sanity layer's case
+        sim.add_events([{"gpu": 0, "xid": 48}])           # delivered after the sim's impossible one
+        wait_until(lambda: by_gpu(render(collector), "DCGM_FI_DEV_XID_ERRORS").get("0") == 48, "XID 48")
+    finally:
+        watcher.stop()
+    collector.collect_once()
+    text = render(collector)
+    xids = {s.labels["xid"] for s in samples(text, "inferwatch_gpu_xid_errors_total") if s.value}
+    assert xids == {"48"}
+    errors = {(s.labels["class"], s.labels["error"]): s.value
+              for s in samples(text, "inferwatch_gpu_nvml_errors_total")}
+    expected: dict = {}
+    for _, _, key in IMPOSSIBLE_XIDS:
+        expected[key] = expected.get(key, 0) + 1
+    for key, n in expected.items():
+        assert errors.get(key) == n, (key, errors)
+    for s in samples(text):
+        assert s.value < 2**53, (s.name, s.labels, s.value)
+
+
 def test_xid_thread_reregisters_after_library_recovery():
     clock = FakeClock()
     sim = SimNvml(parse_scenario({"timeline": [{"at": "10s", "library_lost": True, "for": "5s"}]}), clock=clock)

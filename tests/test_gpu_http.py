@@ -147,6 +147,23 @@ def test_bad_bodies_get_short_4xx(served, body, status, says):
     assert sim.scenario.timeline == before
 
 
+@pytest.mark.parametrize("body, field", [
+    (b'[{"gpu":0,"xid":99999999999999999999}]', "events[0].xid"),    # the input
+    (b'[{"gpu":0,"set":{"temperature_c":4294967296}}]', "events[0].set.temperature_c"),
+    (b'[{"gpu":0,"set":{"ecc_dbe_volatile":18446744073709551616}}]', "events[0].set.ecc_dbe_volatile"),
+    (b'[{"gpu":0,"lost":true,"at":1e999}]', "events[0].at"),
+])
+def test_values_no_nvml_could_return_get_a_400_naming_the_field(served, body, field):
+    sim, collector, _, base = served
+    before = list(sim.scenario.timeline)
+    answer = requests.post(f"{base}/sim/events", data=body, timeout=10)
+    assert answer.status_code == 400 and field in answer.json()["error"]
+    assert sim.scenario.timeline == before
+    collector.collect_once()
+    text = requests.get(f"{base}/metrics", timeout=10).text
+    assert "99999999999999999999" not in text and "e+20" not in text
+
+
 @pytest.mark.parametrize("remote, allowed", [("127.0.0.1", True), ("::1", True), ("::ffff:127.0.0.1", True),
                                              ("10.1.2.3", False), ("172.17.0.1", False), ("::ffff:10.0.0.1", False),
                                              ("", False)])

@@ -164,3 +164,78 @@ def test_runtime_events_are_validated_before_anything_is_added():
     with pytest.raises(SpecError):
         sim.add_events([{"gpu": 0, "xid": 48}, {"gpu": 0, "set": {"nope": 1}}])
     assert sim.scenario.timeline == before
+
+
+# Every field /sim/events (and a scenario file) takes, with values the real library could never return: each is
+# refused naming the field, and nothing is added. (entry, the path the error names)
+OUT_OF_C_TYPE = [
+    ({"gpu": 0, "xid": 99999999999999999999}, "events[0].xid"),          # the input: wider than uint64
+    ({"gpu": 0, "xid": 2**64}, "events[0].xid"),
+    ({"gpu": 0, "xid": 0}, "events[0].xid"),
+    ({"gpu": 0, "xid": 79.0}, "events[0].xid"),
+    ({"gpu": 0, "set": {"temperature_c": 2**32}}, "events[0].set.temperature_c"),       # unsigned int
+    ({"gpu": 0, "set": {"temperature_c": float("nan")}}, "events[0].set.temperature_c"),
+    ({"gpu": 0, "set": {"power_w": 4294968}}, "events[0].set.power_w"),                 # milliwatts: uint
+    ({"gpu": 0, "set": {"utilization_gpu_pct": 2**32}}, "events[0].set.utilization_gpu_pct"),
+    ({"gpu": 0, "set": {"fan_speed_pct": float("inf")}}, "events[0].set.fan_speed_pct"),
+    ({"gpu": 0, "set": {"memory_used_mib": 2**44}}, "events[0].set.memory_used_mib"),   # bytes: 2**64
+    ({"gpu": 0, "set": {"sm_clock_mhz": 10**20}}, "events[0].set.sm_clock_mhz"),
+    ({"gpu": 0, "set": {"pcie_replay": 2**32}}, "events[0].set.pcie_replay"),
+    ({"gpu": 0, "set": {"ecc_dbe_volatile": 2**64}}, "events[0].set.ecc_dbe_volatile"),  # unsigned long long
+    ({"gpu": 0, "set": {"remapped_rows_uncorrectable": 2**32}}, "events[0].set.remapped_rows_uncorrectable"),
+    ({"gpu": 0, "set": {"memory_temperature_c": 2**64}}, "events[0].set.memory_temperature_c"),
+    ({"gpu": 0, "ramp": {"temperature_c": 10**20}, "over": "10s"}, "events[0].ramp.temperature_c"),
+    ({"gpu": 0, "set": {"temperature_c": -1}}, "events[0].set.temperature_c"),
+    ({"gpu": 0, "set": {"temperature_c": "90"}}, "events[0].set.temperature_c"),
+    ({"gpu": 0, "lost": "yes"}, "events[0].lost"),
+    ({"gpu": 0, "lost": True, "at": float("inf")}, "events[0].at"),
+    ({"gpu": 0, "lost": True, "at": 1e300}, "events[0].at"),
+    ({"gpu": 0, "lost": True, "at": -5}, "events[0].at"),
+    ({"gpu": 0, "lost": True, "for": "99999999999999999999d"}, "events[0].for"),
+    ({"gpu": 0, "ramp": {"temperature_c": 90}, "over": float("nan")}, "events[0].over"),
+    ({"gpu": 2**64, "lost": True}, "events[0].gpu"),
+]
+
+
+@pytest.mark.parametrize("entry, where", OUT_OF_C_TYPE, ids=[w + "=" + repr(e)[:40] for e, w in OUT_OF_C_TYPE])
+def test_values_the_c_type_cannot_hold_are_refused_naming_the_field(entry, where):
+    sim, _ = _sim({"gpus": 2})
+    before = list(sim.scenario.timeline)
+    with pytest.raises(SpecError) as err:
+        sim.add_events([{"gpu": 1, "xid": 48}, entry])
+    assert err.value.path == where.replace("events[0]", "events[1]")
+    assert len(str(err.value)) < 300  # a huge value is not echoed in full
+    assert sim.scenario.timeline == before
+
+
+# What the real library can return, blanks and physically impossible readings included, is still accepted: the
+# exporter's sanity layer is what drops those (test_gpu_values.py).
+WITHIN_C_TYPE = [
+    {"gpu": 0, "xid": 2**64 - 1},                                  # NVML_VALUE_NOT_AVAILABLE as event data
+    {"gpu": 0, "set": {"utilization_gpu_pct": 4294967295}},        # all-ones unsigned int
+    {"gpu": 0, "set": {"memory_temperature_c": 9223372036854775794}},
+    {"gpu": 0, "set": {"memory_temperature_c": float("nan")}},     # the field may be a double
+    {"gpu": 0, "set": {"power_w": 4294967.295}},
+    {"gpu": 0, "set": {"memory_total_mib": 2**44 - 1}},
+    {"gpu": 0, "set": {"temperature_c": 500}},                     # impossible physically, not for the type
+]
+
+
+@pytest.mark.parametrize("entry", WITHIN_C_TYPE, ids=[repr(e)[:50] for e in WITHIN_C_TYPE])
+def test_values_the_c_type_holds_are_accepted(entry):
+    sim, _ = _sim({"gpus": 1})
+    assert len(sim.add_events([entry])) == 1
+
+
+@pytest.mark.parametrize("instance, where", [
+    ({"profile": "1g.10gb", "gi_id": -1, "memory_total_mib": 9728}, "mig.0[0].gi_id"),
+    ({"profile": "1g.10gb", "gi_id": 2**32, "memory_total_mib": 9728}, "mig.0[0].gi_id"),
+    ({"profile": "1g.10gb", "gi_id": "9", "memory_total_mib": 9728}, "mig.0[0].gi_id"),
+    ({"profile": "1g.10gb", "gi_id": 9, "memory_total_mib": 2**44}, "mig.0[0].memory_total_mib"),
+    ({"profile": "1g.10gb", "gi_id": 9, "memory_total_mib": 9728, "memory_used_mib": float("nan")},
+     "mig.0[0].memory_used_mib"),
+])
+def test_mig_instances_outside_their_c_types_are_refused(instance, where):
+    with pytest.raises(SpecError) as err:
+        parse_scenario({"gpus": 1, "mig": {0: [instance]}})
+    assert err.value.path == where

@@ -55,12 +55,13 @@ def test_index_leaves_out_unloaded_and_never_loaded_models():
         {"name": "never_loaded"},
         {"name": "broken", "version": "1", "state": "UNAVAILABLE", "reason": "ValueError: boom"},
         {"name": "going", "version": "3", "state": "UNLOADING"},
+        {"name": "", "version": "1", "state": "READY"},  # no Triton model has an empty name: left out, reported
     ]
-    assert parse_index(answer) == [
+    assert parse_index(answer) == ([
         ModelVersionState("classifier", "1", "READY"),
         ModelVersionState("broken", "1", "UNAVAILABLE", "ValueError: boom"),
         ModelVersionState("going", "3", "UNLOADING"),
-    ]
+    ], [("", "repository index: entry with an empty model name left out")])
 
 
 @pytest.mark.parametrize("answer", [{"name": "x"}, [{"version": "1"}], [17]])

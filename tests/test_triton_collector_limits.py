@@ -94,8 +94,9 @@ def test_impossible_statistics_drop_only_those_models_and_are_counted(tmp_path, 
         replay.stop()
     assert snap.stats == {}
     assert [(e.endpoint, e.cause, e.detail) for e in snap.errors] == [
-        ("stats", "bad_response", f"model_{i:04d} version 2: fail.count: -1 is outside uint64") for i in range(3)]
+        ("stats", "bad_response", f"'model_{i:04d}' version '2': fail.count: -1 is outside uint64") for i in range(3)]
     assert collector.poll_errors()[("r", "stats", "bad_response")] == 6  # 3 models x 2 polls
     assert len(snap.configs) == 3 and all(m.state == "READY" for m in snap.models)
-    logged = [r.getMessage() for r in caplog.records if "stats call failed (bad_response)" in r.getMessage()]
+    logged = [r.getMessage() for r in caplog.records if "stats call for model 'model_" in r.getMessage()
+              and "failed (bad_response)" in r.getMessage()]
     assert len(logged) == 3  # one line per model when it starts failing, not one per poll

@@ -121,7 +121,8 @@ def test_impossible_values_drop_that_model_only(bad):
             + '}}}, {"name": "good", "version": "1", "inference_stats": ' + ISSUE_ROW + "}]}")
     stats, problems = _stats(text)
     assert list(stats) == [("good", "1")]
-    assert len(problems) == 1 and problems[0].startswith("bad version 1: fail.count")
+    assert len(problems) == 1 and problems[0][0] == "bad"
+    assert problems[0][1].startswith("'bad' version '1': fail.count")
 
 
 @pytest.mark.parametrize("answer", ["[]", '{"model_stats": {}}', '"x"'])
@@ -131,8 +132,10 @@ def test_wrong_shapes_are_value_errors(answer):
 
 
 def test_entry_without_name_is_a_problem_not_a_crash():
-    stats, problems = _stats('{"model_stats": [{"version": "1"}, {"name": "m", "version": "1"}]}')
-    assert list(stats) == [("m", "1")] and problems == ["model_stats entry without a name"]
+    stats, problems = _stats('{"model_stats": [{"version": "1"}, {"name": "", "version": "1"}, '
+                             '{"name": "m", "version": "1"}]}')
+    assert list(stats) == [("m", "1")]
+    assert problems == [("", "model_stats entry without a name")] * 2
 
 
 @pytest.mark.parametrize("value, expected", [(7, 7), ("7", 7), (" 7 ", 7), (7.0, 7), ("1e3", 1000), (BIG, BIG),

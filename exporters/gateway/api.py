@@ -20,15 +20,16 @@ from typing import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry
 
+from inferwatch.exporters.gateway.counts import InvalidCount, token_count
 from inferwatch.exporters.gateway.exchange import Exchange
 from inferwatch.exporters.gateway.labels import LabelPolicy
 from inferwatch.exporters.gateway.meter import RequestMeter, Usage
 from inferwatch.exporters.gateway.metrics import GatewayMetrics
 from inferwatch.exporters.gateway.routes import Classifier, Route
+from inferwatch.ratelog import ConditionLog
 from inferwatch.spec import Spec
 
 log = logging.getLogger(__name__)
-_MAX_LOGGED_KINDS = 64  # distinct (reason, model, detail) log lines per process; then counted only
 
 
 class Gateway:
@@ -45,7 +46,8 @@ class Gateway:
         self.usage_sink = usage_sink
         self.classifier = Classifier(self.spec.gateway.llm_models)
         self.max_answer_bytes = self.spec.gateway.max_answer_bytes
-        self._logged: set[tuple[str, str, str]] = set()
+        # One line per (reason, model, detail) a minute; keys bounded by ConditionLog (then shared).
+        self._unmetered_log = ConditionLog(log)
 
     def route(self, method: str, path: str, body: bytes = b"") -> Route | None:
         """The Route of a request (`path` percent-decoded), or None when it is not metered."""
@@ -66,21 +68,20 @@ class Gateway:
         return Exchange(route, RequestMeter(series, streamed=False, started=started), self.usage_sink,
                         self.max_answer_bytes, self._unmetered)
 
-    def _unmetered(self, reason: str, model: str, detail: str) -> None:
-        """One log line for the first unmetered answer of each kind; the counter counts every one."""
-        key = (reason, model, detail)
-        if key in self._logged or len(self._logged) >= _MAX_LOGGED_KINDS:
-            return
-        self._logged.add(key)
-        log.warning("model %s: answer forwarded unmetered (%s: %s); further ones like it are only counted in "
-                    "gateway_unmetered_responses_total{reason=\"%s\"}", model, reason, detail, reason)
+    def _unmetered(self, reason: str, model: str, detail: str, example: str = "") -> None:
+        """One log line per kind of unmetered answer a minute (`detail` names the kind, `example` is the
+        offending value, repr-escaped by the caller); the counter counts every one."""
+        self._unmetered_log.log(f"{reason}\0{model}\0{detail}", logging.WARNING,
+                                "model %s: answer forwarded unmetered (%s: %s%s); further ones like it within a "
+                                "minute are only counted in gateway_unmetered_responses_total{reason=\"%s\"}",
+                                model, reason, detail, f", got {example}" if example else "", reason)
 
     @contextlib.contextmanager
     def request(self, *, tenant: str | None = None, service: str | None = None, model: str | None = None,
                 streamed: bool = True) -> Iterator["TrackedRequest"]:
         """Meter one request in your own code (see the module docstring)."""
         series = self.metrics.series(self.labels.tenant(tenant), self.labels.model(model), self.labels.tier(service))
-        tracked = TrackedRequest(RequestMeter(series, streamed))
+        tracked = TrackedRequest(RequestMeter(series, streamed), self._unmetered)
         try:
             yield tracked
         except (asyncio.CancelledError, GeneratorExit):
@@ -102,8 +103,9 @@ class Gateway:
 class TrackedRequest:
     """Handle given by Gateway.request: feed tokens, exact usage, an explicit outcome and the HTTP code."""
 
-    def __init__(self, meter: RequestMeter):
+    def __init__(self, meter: RequestMeter, on_unmetered: Callable[[str, str, str, str], None] | None = None):
         self.meter = meter
+        self._on_unmetered = on_unmetered
         self.outcome: str | None = None
         self.code = 200
         self.result: Usage | None = None
@@ -112,6 +114,19 @@ class TrackedRequest:
         self.meter.tokens(n)
 
     def usage(self, output_tokens: int | None = None, input_tokens: int | None = None) -> None:
+        """The upstream's exact counts (None: not reported). A value that is not a count (counts.py:
+        negative, bool, non-integral, above MAX_TOKENS) makes this request unmetered (reason
+        `invalid_count`: counted and logged, both counts unknown) rather than raising into your handler."""
+        try:
+            output_tokens = token_count(output_tokens, "output_tokens")
+            input_tokens = token_count(input_tokens, "input_tokens")
+        except InvalidCount as exc:
+            if self.meter.unmetered is None:
+                self.meter.stop_metering("invalid_count")
+                self.meter.series.count_unmetered("invalid_count")
+                if self._on_unmetered is not None:
+                    self._on_unmetered("invalid_count", self.meter.series.key[1], str(exc), exc.value)
+            return
         if output_tokens is not None:
             self.meter.set_exact_output_tokens(output_tokens, "usage")
         if input_tokens is not None:

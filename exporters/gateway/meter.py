@@ -36,8 +36,8 @@ class Usage:
     `input_tokens` / `output_tokens` are None when the upstream revealed no count (unknown, never 0);
     `code` is the HTTP status the client got; `error_code` / `error_type` are what the upstream's error object
     said (e.g. 500 / "InternalServerError" sent mid-stream under 200), or error_type "truncated" for a stream
-    that ended without its end marker; `unmetered` names why the answer could not be read (encoding,
-    too_large), else None.
+    that ended without its end marker; `unmetered` names why the answer's counts are unknown (encoding,
+    too_large, invalid_count, meter_error: metrics.UNMETERED_REASONS), else None.
     """
 
     tenant: str
@@ -52,6 +52,13 @@ class Usage:
     error_code: int | str | None = None
     error_type: str | None = None
     unmetered: str | None = None
+
+    def __post_init__(self):
+        # A record is written as JSON: a count that is not one (counts.py) must never reach the usage log.
+        for name in ("input_tokens", "output_tokens"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 0):
+                raise ValueError(f"Usage.{name} must be a non-negative int or None, not {value!r}")
 
 
 class RequestMeter:
@@ -120,7 +127,10 @@ class RequestMeter:
         self._itl_written = now
 
     def set_exact_output_tokens(self, total: int, method: str) -> None:
-        """The upstream's own count of all output tokens so far (cumulative); `method`: usage|count_field."""
+        """The upstream's own count of all output tokens so far (cumulative); `method`: usage|count_field.
+        `total` is a count already checked (counts.token_count). Ignored once the request is unmetered."""
+        if self.unmetered is not None:
+            return
         self.exact_output_tokens = total
         self.method = method
 
@@ -132,7 +142,8 @@ class RequestMeter:
             self.upstream_duration = (self.clock() if now is None else now) - self.upstream_started
 
     def stop_metering(self, reason: str) -> None:
-        """The answer cannot be read (`reason`: encoding|too_large): its token counts become unknown."""
+        """The answer's counts cannot be known (`reason`: one of metrics.UNMETERED_REASONS): they become
+        unknown (None), and nothing is added to gateway_tokens_total for this request."""
         self.unmetered = reason
         self.method = "none"
 
@@ -178,6 +189,12 @@ class RequestMeter:
                 s.tokens_per_second.observe(out / duration)
             if self.streamed and out >= 2 and self.first_token_at is not None:
                 s.tpot.observe((self.last_token_at - self.first_token_at) / (out - 1))
-        tenant, model, tier = s.key
-        return Usage(tenant, model, tier, outcome, code, inputs, out, self.method, duration, self.error_code,
-                     self.error_type, self.unmetered)
+        return self.usage(outcome, code, duration)
+
+    def usage(self, outcome: str, code: int, duration: float) -> Usage:
+        """The request's billing record as the meter knows it now (finish's; also the record of a request
+        whose metering failed, once stop_metering has made its counts unknown)."""
+        tenant, model, tier = self.series.key
+        inputs = None if self.unmetered is not None else self.input_tokens
+        return Usage(tenant, model, tier, outcome, code, inputs, self.output_tokens, self.method, duration,
+                     self.error_code, self.error_type, self.unmetered)

@@ -38,8 +38,12 @@ OUTCOMES = ("ok", "error", "cancelled", "timeout")
 #   none        – a successful response that revealed no count (e.g. non-streamed Triton output without a
 #                 count field): such requests are not metered, and this series makes that visible.
 METHODS = ("usage", "count_field", "events", "none")
-# Why an answer was forwarded without being read (gateway_unmetered_responses_total{reason}).
-UNMETERED_REASONS = ("encoding", "too_large")
+# Why an answer's tokens are unknown (gateway_unmetered_responses_total{reason}):
+#   encoding      – a Content-Encoding that cannot be decoded, or bytes that do not decode under it;
+#   too_large     – an answer (or one event) above gateway.max_answer_bytes;
+#   invalid_count – a count the upstream reported that is not one (counts.py); the stream is still read;
+#   meter_error   – an unexpected failure while metering (a bug, logged with its traceback once a minute).
+UNMETERED_REASONS = ("encoding", "too_large", "invalid_count", "meter_error")
 # The code label's values: the registered HTTP status codes and nginx's 499 (client closed request); any
 # other code, e.g. an upstream error object's "code": "rate_limit_exceeded", is "other".
 KNOWN_CODES = frozenset({str(int(s)) for s in http.HTTPStatus} | {"499"})
@@ -101,9 +105,11 @@ class GatewayMetrics:
                                registry=r, multiprocess_mode="livesum")
         self.count_method = Counter("gateway_token_count_method", "Requests by how their output tokens were counted "
                                     "(usage|count_field exact, events counted).", ("model", "method"), registry=r)
-        self.unmetered = Counter("gateway_unmetered_responses", "LLM answers forwarded without being read, so their "
-                                 "tokens are unknown: reason=encoding (a Content-Encoding that cannot be decoded) "
-                                 "or too_large (above gateway.max_answer_bytes).", ("model", "reason"), registry=r)
+        self.unmetered = Counter("gateway_unmetered_responses", "LLM answers forwarded with their tokens unknown: "
+                                 "reason=encoding (a Content-Encoding that cannot be decoded), too_large (above "
+                                 "gateway.max_answer_bytes), invalid_count (the upstream reported a count that "
+                                 "is not one: negative, not an integer, too large) or meter_error (a metering "
+                                 "failure).", ("model", "reason"), registry=r)
         self._series: dict[tuple[str, str, str], Series] = {}
 
     def series(self, tenant: str, model: str, tier: str) -> "Series":

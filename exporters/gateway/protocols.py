@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 
+from inferwatch.exporters.gateway.counts import cumulative_count, token_count
 from inferwatch.exporters.gateway.meter import RequestMeter
 from inferwatch.exporters.gateway.routes import Route
 from inferwatch.exporters.gateway.sse import ErrorEvent
@@ -38,18 +39,39 @@ INPUT_COUNT_FIELD = b'"input_token_count":'
 NOT_OUTPUT = frozenset(("role",))
 
 
-def _int_after(data: bytes, field: bytes) -> int | None:
-    """The integer that follows `"field":` in JSON bytes (scalar or first array element), without parsing JSON.
+def _count_after(data: bytes, field: bytes, name: str, earlier: int | None = None) -> int | None:
+    """The count that follows `"field":` in JSON bytes (scalar or first array element), without parsing the
+    document: None when the field is absent or null; raises InvalidCount (counts.py) for any other value
+    that is not a count, and for one below `earlier` (a cumulative count going back).
 
     Safe because a key with its quotes and colon cannot occur unescaped inside a JSON string."""
     i = data.find(field)
     if i < 0:
         return None
-    m = _DIGITS_AT.match(data, i + len(field))  # a C match where the value starts: this runs once per event
-    return int(m.group(1)) if m else None
+    token = _VALUE_AT.match(data, i + len(field)).group(1)  # a C match where the value starts: once per event
+    if token.isdigit() and len(token) < 10:
+        value = int(token)  # the usual case, below MAX_TOKENS by its length
+    else:
+        try:
+            value = json.loads(token)
+        except ValueError:  # a string, object or anything else that is not a JSON scalar on its own
+            value = token.decode("utf-8", "replace")
+    return token_count(value, name) if earlier is None else cumulative_count(value, earlier, name)
 
 
-_DIGITS_AT = re.compile(rb"[ \[]*(\d+)")
+_VALUE_AT = re.compile(rb"[ \[]*([^,\]}\s]*)")
+
+
+def _json(data: bytes):
+    """The JSON value in an event's data or a body; raises ValueError when it is not JSON.
+
+    An event stream is UTF-8, and a client decodes it replacing each invalid sequence with U+FFFD (WHATWG
+    HTML §9.2.6, "UTF-8 decode"): an event with a broken byte is still the event the client sees, so it is
+    read (and its tokens counted) the same way. json.loads on bytes would refuse it instead."""
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError:
+        return json.loads(data.decode("utf-8", "replace"))
 
 
 class _Reader:
@@ -84,7 +106,7 @@ class _Reader:
     def _error_event(self, data: bytes) -> None:
         """An `event: error` (its data may be the error object itself) or an error body."""
         try:
-            doc = json.loads(data)
+            doc = _json(data)
         except ValueError:
             doc = None
         if isinstance(doc, dict) and "error" not in doc:
@@ -102,7 +124,7 @@ def _is_error(data: bytes):
     if b'"error"' not in data:  # most events never mention it
         return None
     try:
-        doc = json.loads(data)
+        doc = _json(data)
     except ValueError:
         return None
     return doc if isinstance(doc, dict) and doc.get("error") else None
@@ -128,7 +150,7 @@ class TritonEvents(_Reader):
             if doc is not None:
                 self._fail(doc)
                 return
-        total = _int_after(data, COUNT_FIELD)
+        total = _count_after(data, COUNT_FIELD, "output_token_count", self._cumulative)
         if total is not None:
             n = total - self._cumulative
             self._cumulative = total
@@ -137,7 +159,7 @@ class TritonEvents(_Reader):
         elif b'"text_output"' in data and b'"text_output":""' not in data:
             self.meter.tokens(1, now)
         if self.meter.input_tokens is None and INPUT_COUNT_FIELD in data:
-            self.meter.input_tokens = _int_after(data, INPUT_COUNT_FIELD)
+            self.meter.input_tokens = _count_after(data, INPUT_COUNT_FIELD, "input_token_count")
 
     def body(self, data: bytes, now: float) -> None:
         """A whole non-streamed response (/generate or /infer)."""
@@ -145,13 +167,13 @@ class TritonEvents(_Reader):
         if doc is not None:
             self._fail(doc)
             return
-        total = _int_after(data, COUNT_FIELD)
+        total = _count_after(data, COUNT_FIELD, "output_token_count")
         if total is None and b'"outputs"' in data:
             total = _infer_output_count(data)
         if total is not None:
             self.meter.set_exact_output_tokens(total, "count_field")
             self.meter.tokens(total, now)
-        inputs = _int_after(data, INPUT_COUNT_FIELD)
+        inputs = _count_after(data, INPUT_COUNT_FIELD, "input_token_count")
         if inputs is None and b'"outputs"' in data:
             inputs = _infer_output_count(data, "input_token_count")
         if inputs is not None:
@@ -159,15 +181,18 @@ class TritonEvents(_Reader):
 
 
 def _infer_output_count(data: bytes, name: str = "output_token_count") -> int | None:
-    """The count output `name` of a KServe v2 /infer response: {"outputs": [{"name", "data": [N]}]}."""
+    """The count output `name` of a KServe v2 /infer response: {"outputs": [{"name", "data": [N]}]}.
+    Raises InvalidCount when its last element is not a count."""
     try:
-        doc = json.loads(data)
+        doc = _json(data)
     except ValueError:
         return None
     for out in doc.get("outputs") or () if isinstance(doc, dict) else ():
         if isinstance(out, dict) and out.get("name") == name:
-            values = out.get("data") or [None]
-            return values[-1] if isinstance(values[-1], int) else None
+            values = out.get("data")
+            if not isinstance(values, list) or not values:
+                return None
+            return token_count(values[-1], f"outputs.{name}")
     return None
 
 
@@ -248,7 +273,7 @@ class OpenAIEvents(_Reader):
     def _document(self, data: bytes) -> dict | None:
         """The JSON object in `data`; None when it is not one, or when it is an error (then records it)."""
         try:
-            doc = json.loads(data)
+            doc = _json(data)
         except ValueError:
             return None
         if not isinstance(doc, dict):
@@ -259,16 +284,18 @@ class OpenAIEvents(_Reader):
         return doc
 
     def _usage(self, usage) -> int | None:
+        """The output count of a `usage` object (cumulative over a stream), recording the input count too.
+        Raises InvalidCount (counts.py) for a count that is not one."""
         if not isinstance(usage, dict):
             return None
-        prompt = usage.get("prompt_tokens")
-        if isinstance(prompt, int):
+        prompt = token_count(usage.get("prompt_tokens"), "usage.prompt_tokens")
+        if prompt is not None:
             self.meter.input_tokens = prompt
-        completion = usage.get("completion_tokens")
-        if isinstance(completion, int):
+        completion = cumulative_count(usage.get("completion_tokens"), self._usage_cumulative,
+                                      "usage.completion_tokens")
+        if completion is not None:
             self.meter.set_exact_output_tokens(completion, "usage")
-            return completion
-        return None
+        return completion
 
 
 def reader_for(route: Route, meter: RequestMeter):

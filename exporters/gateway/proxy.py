@@ -278,7 +278,7 @@ class _Answer:
         transport = conn.transport
         if conn.closed or transport is None or transport.is_closing():
             raise ConnectionResetError("client gone")
-        self.relay = _Relay(transport, conn.chunked, ex.chunk if ex.metering else None, resp)
+        self.relay = _Relay(transport, conn.chunked, ex.chunk if ex.reading else None, resp)
         resp.relay(self.relay.write)
 
     async def run(self) -> None:
@@ -324,7 +324,7 @@ class _Answer:
                     break
                 parts.append(data)
                 ex.chunk(data)
-                if not ex.metering:  # above the limit (or undecodable): no header to wait for
+                if not ex.reading:  # above the limit (or undecodable): no header to wait for
                     return await self._relay(head=parts)
         except asyncio.CancelledError:
             resp.close()

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Protocol
 import pynvml
 from prometheus_client.core import Metric
 
+from inferwatch.exporters.gpu import sanity
 from inferwatch.exporters.gpu.metrics import CollectionStats, XidCounts, build_families
 from inferwatch.exporters.gpu.nvml import Nvml, error_name
 from inferwatch.exporters.gpu.pods import PodMap
@@ -257,7 +258,13 @@ class GpuCollector:
             return self.generation, [d for d in self._devices if d.handle is not None]
 
     def record_xid(self, identity: GpuIdentity, xid: int) -> None:
-        """Count one XID event for a GPU and republish (XIDs are rare; a rebuild is cheap)."""
+        """Count one XID event for a GPU and republish (XIDs are rare; a rebuild is cheap). An XID that is
+        no code (sanity.XID: 0, NVML's "not available", wider than the event's unsigned long long) is dropped
+        and counted like any impossible reading, never exported."""
+        found = sanity.problem(xid, sanity.XID)
+        if found is not None:
+            self.tally.record_dropped(*found, identity.index, "xid_events", xid)
+            return
         with self._lock:
             per_gpu = self._xid_counts.setdefault((identity.index, identity.uuid), {})
             per_gpu[xid] = per_gpu.get(xid, 0) + 1

@@ -243,7 +243,8 @@ def _remapped(tally: ErrorTally, gpu: Any, rows: RemappedRows | None) -> Remappe
 
 
 def _read_mig(nvml: Nvml, tally: ErrorTally, gpu: int, handle: Any) -> MigReading | None:
-    gi_id = _call(tally, gpu, "gpu_instance_id", nvml.gpu_instance_id, handle)
+    gi_id = _checked(tally, gpu, "gpu_instance_id", _call(tally, gpu, "gpu_instance_id", nvml.gpu_instance_id,
+                                                          handle), UINT32)
     if gi_id is None:
         return None  # an instance without an id cannot be labelled; skip it rather than mislabel it
     return MigReading(gi_id=gi_id,

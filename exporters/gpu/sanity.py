@@ -10,7 +10,7 @@ reading) and counted in `inferwatch_gpu_nvml_errors_total` under its own class:
                 (NVML_VALUE_NOT_AVAILABLE = -1 written into an unsigned 32- or 64-bit field: 4294967295,
                 18446744073709551615) and NaN/infinity.
   out_of_range  a number no GPU can report for that field: a temperature above 150 °C, a utilisation above
-                100 %, anything negative, or more than the field's C type holds.
+                100 %, anything negative, an XID of 0, or more than the field's C type holds.
 
 The int32 family only means "blank" for 32-bit fields: a 64-bit counter (energy in mJ, ECC counts) passes
 through 2147483632..2147483647 like any other number. NVML's fan speed is a percentage that "may exceed 100%
@@ -49,6 +49,7 @@ TEMPERATURE = Bounds(32, 0, 150)     # °C; silicon shuts down long before 150
 PERCENT = Bounds(32, 0, 100)
 UINT32 = Bounds(32)
 UINT64 = Bounds(64)
+XID = Bounds(64, 1)                  # nvmlEventData_t.eventData; XID codes start at 1
 
 
 def _blank_name(family: str, offset: float) -> str:

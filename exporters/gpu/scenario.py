@@ -26,7 +26,12 @@ file and the entry path.
 Values are handed out as given (integers stay integers, a float memory temperature stays a float), so a
 scenario can make NVML return the blank sentinels real drivers and DCGM produce, e.g.
 `{set: {memory_temperature_c: 9223372036854775794}}` (DCGM_INT64_BLANK + 2) or
-`{set: {utilization_gpu_pct: 4294967295}}` (NVML_VALUE_NOT_AVAILABLE in an unsigned int).
+`{set: {utilization_gpu_pct: 4294967295}}` (NVML_VALUE_NOT_AVAILABLE in an unsigned int). What the real
+library could never return is refused instead, naming the field: a value wider than the C type NVML hands it
+out in (C_TYPES, from nvml.h: `unsigned int` temperatures, clocks, milliwatts, percentages, counts;
+`unsigned long long` bytes, ECC counts and XID event data; `nvmlValue_t` for the memory temperature field),
+NaN or infinity in an integer field, a negative value, an XID of 0. Durations (`at`, `over`, `for`) are
+finite, non-negative and at most MAX_DURATION_S.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from inferwatch.exporters.gpu.nvml import CLOCKS_EVENT_REASONS
+from inferwatch.exporters.gpu.sanity import UINT32_MAX, UINT64_MAX
 from inferwatch.specload import Duration, SpecError, load_yaml
 
 # A steady, healthy H100-class GPU under moderate load (units in the names).
@@ -63,6 +69,35 @@ HEALTHY_VALUES: dict[str, float] = {
     "row_remap_failure": 0,
 }
 REASON_BITS = dict(CLOCKS_EVENT_REASONS)
+MIB = 1024 * 1024
+# Value name -> (the C type NVML returns it in, the largest value of that type, the factor from the scenario's
+# unit to the C value's). Unit conversions are the simulator's: watts are returned as milliwatts, MiB as bytes.
+C_TYPES: dict[str, tuple[str, int, int]] = {
+    "temperature_c": ("unsigned int", UINT32_MAX, 1),
+    "memory_temperature_c": ("nvmlValue_t (unsigned long long or double)", UINT64_MAX, 1),
+    "power_w": ("unsigned int (milliwatts)", UINT32_MAX, 1000),
+    "utilization_gpu_pct": ("unsigned int", UINT32_MAX, 1),
+    "utilization_memory_pct": ("unsigned int", UINT32_MAX, 1),
+    "fan_speed_pct": ("unsigned int", UINT32_MAX, 1),
+    "memory_total_mib": ("unsigned long long (bytes)", UINT64_MAX, MIB),
+    "memory_used_mib": ("unsigned long long (bytes)", UINT64_MAX, MIB),
+    "memory_reserved_mib": ("unsigned long long (bytes)", UINT64_MAX, MIB),
+    "sm_clock_mhz": ("unsigned int", UINT32_MAX, 1),
+    "mem_clock_mhz": ("unsigned int", UINT32_MAX, 1),
+    "pcie_replay": ("unsigned int", UINT32_MAX, 1),
+    "ecc_sbe_volatile": ("unsigned long long", UINT64_MAX, 1),
+    "ecc_dbe_volatile": ("unsigned long long", UINT64_MAX, 1),
+    "ecc_sbe_aggregate": ("unsigned long long", UINT64_MAX, 1),
+    "ecc_dbe_aggregate": ("unsigned long long", UINT64_MAX, 1),
+    "remapped_rows_correctable": ("unsigned int", UINT32_MAX, 1),
+    "remapped_rows_uncorrectable": ("unsigned int", UINT32_MAX, 1),
+    "row_remap_pending": ("unsigned int", UINT32_MAX, 1),
+    "row_remap_failure": ("unsigned int", UINT32_MAX, 1),
+}
+DOUBLE_FIELDS = frozenset({"memory_temperature_c"})  # may be a double: NaN and infinity are values it holds
+XID_C_TYPE = ("unsigned long long (nvmlEventData_t.eventData)", UINT64_MAX, 1)
+GI_ID_C_TYPE = ("unsigned int", UINT32_MAX, 1)
+MAX_DURATION_S = 10 * 365 * 86400  # ten years: longer than any run, small enough for exact arithmetic
 # Interface calls a scenario may make unsupported / not permitted (method names of nvml.Nvml).
 FAULTABLE_CALLS = frozenset({
     "temperature", "memory_temperature", "power_usage", "total_energy", "utilization", "fan_speed", "memory_info",
@@ -215,10 +250,10 @@ def _change(entry: Any, offset: float, gpus: int, path: str) -> Change:
     unknown = set(entry) - _ENTRY_KEYS
     if unknown:
         raise SpecError(f"{path}.{sorted(unknown)[0]}", f"unknown key (expected one of {sorted(_ENTRY_KEYS)})")
-    at = offset + Duration.parse(entry.get("at", 0), f"{path}.at").seconds
+    at = offset + _duration(entry.get("at", 0), f"{path}.at")
     until = math.inf
     if "for" in entry:
-        until = at + Duration.parse(entry["for"], f"{path}.for").seconds
+        until = at + _duration(entry["for"], f"{path}.for")
     target = entry.get("gpu", "all")
     if target == "all":
         selected = None
@@ -227,8 +262,12 @@ def _change(entry: Any, offset: float, gpus: int, path: str) -> Change:
     else:
         selected = (_gpu_index(target, f"{path}.gpu", gpus),)
     xid = entry.get("xid")
-    if xid is not None and (not isinstance(xid, int) or isinstance(xid, bool) or xid <= 0):
-        raise SpecError(f"{path}.xid", f"expected a positive XID code, got {xid!r}")
+    if xid is not None and (not isinstance(xid, int) or isinstance(xid, bool) or not 0 < xid <= XID_C_TYPE[1]):
+        raise SpecError(f"{path}.xid", f"expected a positive XID code that fits {XID_C_TYPE[0]} (at most "
+                                       f"{XID_C_TYPE[1]}), got {_short(xid)}")
+    lost = entry.get("lost", False)
+    if not isinstance(lost, bool):
+        raise SpecError(f"{path}.lost", f"expected true or false, got {_short(lost)}")
     library = entry.get("library_lost")
     if library is True:
         library = "driver_not_loaded"
@@ -238,10 +277,10 @@ def _change(entry: Any, offset: float, gpus: int, path: str) -> Change:
         at=at, gpus=selected, until=until,
         set=_values(entry.get("set") or {}, f"{path}.set", rampable=False),
         ramp=_values(entry.get("ramp") or {}, f"{path}.ramp", rampable=True),
-        over=Duration.parse(entry.get("over", 0), f"{path}.over").seconds,
+        over=_duration(entry.get("over", 0), f"{path}.over"),
         not_supported=_calls(entry.get("not_supported"), f"{path}.not_supported"),
         no_permission=_calls(entry.get("no_permission"), f"{path}.no_permission"),
-        lost=bool(entry.get("lost", False)), xid=xid, library_lost=library or None,
+        lost=lost, xid=xid, library_lost=library or None,
     )
     if not (change.set or change.ramp or change.not_supported or change.no_permission or change.lost
             or change.xid or change.library_lost):
@@ -264,11 +303,44 @@ def _values(raw: Any, path: str, rampable: bool) -> dict[str, Any]:
         elif name not in HEALTHY_VALUES:
             allowed = sorted(HEALTHY_VALUES) + ([] if rampable else ["clocks_event_reasons"])
             raise SpecError(f"{path}.{name}", f"unknown value name (expected one of {allowed})")
-        elif not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise SpecError(f"{path}.{name}", f"expected a non-negative number, got {value!r}")
         else:
-            out[name] = value
+            out[name] = _number(value, f"{path}.{name}", *C_TYPES[name], name in DOUBLE_FIELDS)
     return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _number(value: Any, path: str, c_type: str, most: int, scale: int = 1, double: bool = False) -> Any:
+    """`value` when the real library could return `value * scale` in `c_type` (0..`most`); raises SpecError
+    naming `path`."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise SpecError(path, f"expected a non-negative number, got {_short(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        if double:
+            return value
+        raise SpecError(path, f"expected a finite number ({c_type} holds no NaN or infinity), got {value!r}")
+    if value < 0:
+        raise SpecError(path, f"expected a non-negative number, got {_short(value)}")
+    scaled = value * scale  # ints multiply exactly; a float is judged as the simulator rounds it
+    if scaled > most and (math.isinf(scaled) or round(scaled) > most):
+        raise SpecError(path, f"out of range: {c_type} holds at most {most}"
+                              + (f" (= {most / scale:.15g} here)" if scale != 1 else "") + f", got {_short(value)}")
+    return value
+
+
+def _duration(raw: Any, path: str) -> float:
+    """Seconds of a duration field (a number of seconds or '30s', '5m', ...): finite, 0..MAX_DURATION_S."""
+    if isinstance(raw, float) and not math.isfinite(raw):
+        raise SpecError(path, f"expected a finite duration, got {raw!r}")
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and not 0 <= raw <= MAX_DURATION_S:
+        raise SpecError(path, f"expected a duration of 0 to {MAX_DURATION_S} seconds, got {_short(raw)}")
+    seconds = Duration.parse(raw, path).seconds
+    if seconds > MAX_DURATION_S:
+        raise SpecError(path, f"expected a duration of at most {MAX_DURATION_S} seconds, got {_short(raw)}")
+    return seconds
 
 
 def _calls(raw: Any, path: str) -> frozenset[str]:
@@ -291,10 +363,10 @@ def _mig(raw: Any, path: str) -> MigInstance:
     if not isinstance(raw, dict) or "profile" not in raw or "gi_id" not in raw or "memory_total_mib" not in raw:
         raise SpecError(path, "expected a mapping with profile, gi_id, memory_total_mib (memory_used_mib, "
                               "memory_reserved_mib optional)")
-    try:
-        return MigInstance(profile=str(raw["profile"]), gi_id=int(raw["gi_id"]),
-                           memory_total_mib=float(raw["memory_total_mib"]),
-                           memory_used_mib=float(raw.get("memory_used_mib", 0)),
-                           memory_reserved_mib=float(raw.get("memory_reserved_mib", 0)))
-    except (TypeError, ValueError) as exc:
-        raise SpecError(path, f"bad MIG instance: {exc}") from None
+    gi_id = raw["gi_id"]
+    if not isinstance(gi_id, int) or isinstance(gi_id, bool) or not 0 <= gi_id <= GI_ID_C_TYPE[1]:
+        raise SpecError(f"{path}.gi_id", f"expected a GPU-instance id that fits {GI_ID_C_TYPE[0]}, got "
+                                         f"{_short(gi_id)}")
+    memory = {name: float(_number(raw.get(name, 0), f"{path}.{name}", *C_TYPES[name]))
+              for name in ("memory_total_mib", "memory_used_mib", "memory_reserved_mib")}
+    return MigInstance(profile=str(raw["profile"]), gi_id=gi_id, **memory)

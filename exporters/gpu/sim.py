@@ -25,10 +25,9 @@ from typing import Any, Callable, Hashable
 import pynvml
 
 from inferwatch.exporters.gpu.nvml import MemoryInfo, RemappedRows, XidEvent
-from inferwatch.exporters.gpu.scenario import REASON_BITS, Change, MigInstance, Scenario, parse_changes
+from inferwatch.exporters.gpu.scenario import MIB, REASON_BITS, Change, MigInstance, Scenario, parse_changes
 from inferwatch.specload import SpecError
 
-MIB = 1024 * 1024
 MAX_TIMELINE = 10_000   # timeline entries the simulator holds; POSTs beyond it are refused (bounded memory)
 _LIBRARY_CODES = {
     "driver_not_loaded": pynvml.NVML_ERROR_DRIVER_NOT_LOADED,

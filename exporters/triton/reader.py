@@ -103,7 +103,7 @@ class TritonReader:
         self._session: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
         self._was_up: bool | None = None
-        self._failing: set[tuple[str, str, str]] = set()  # logged once while they keep failing
+        self._failing: set[tuple[str, str, str, bool]] = set()  # logged once while they keep failing
 
     def _open(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -118,13 +118,13 @@ class TritonReader:
             self._session = None
 
     async def _call(self, endpoint: str, make, errors: list[PollError], what: str = ""):
+        """make()'s result, or _Failed with a PollError about `what` (a model name, "" for the call) added."""
         async with self._sem:
             try:
                 return await asyncio.wait_for(make(), self.timeout)
             except Exception as exc:  # noqa: BLE001 - any failure of one call is isolated and counted
                 cause = classify(exc)
-                detail = f"{what}: {_describe(exc)}" if what else _describe(exc)
-                errors.append(PollError(endpoint, cause, detail))
+                errors.append(PollError(endpoint, cause, _describe(exc), what))
                 return _Failed(cause)
 
     async def read(self) -> TritonSnapshot:
@@ -150,13 +150,15 @@ class TritonReader:
             if not isinstance(index, _Failed):
                 index = self._parsed("index", parse_index, index, errors)
             if not isinstance(index, _Failed):
+                index, problems = index
+                errors.extend(PollError("index", "bad_response", text, name, True) for name, text in problems)
                 snap.models = index
                 await self._read_configs(snap, errors)
             if not isinstance(stats, _Failed):
                 stats = self._parsed("stats", parse_stats, stats, errors)
             if not isinstance(stats, _Failed):
                 parsed, problems = stats
-                errors.extend(PollError("stats", "bad_response", p) for p in problems)
+                errors.extend(PollError("stats", "bad_response", text, name, True) for name, text in problems)
                 known = None if snap.models is None else {(m.name, m.version) for m in snap.models}
                 # Only versions the index still lists: a model being unloaded must not linger via stats.
                 snap.stats = {k: v for k, v in parsed.items() if known is None or k in known}
@@ -170,7 +172,7 @@ class TritonReader:
         keys = {name: key for name, key in index_keys(snap.models).items() if name in ready}
         due = self.configs.due(keys, time.monotonic())
         answers = await asyncio.gather(*(
-            self._call("config", _bind(self._config, n), errors, what=f"model {n}") for n in due))
+            self._call("config", _bind(self._config, n), errors, what=n) for n in due))
         now = time.monotonic()
         for name, figures in zip(due, answers, strict=True):
             if isinstance(figures, _Failed):
@@ -222,9 +224,11 @@ class TritonReader:
             return False
 
     def _log(self, snap: TritonSnapshot) -> None:
+        """Log lines on changes only. What Triton said (model names, error texts) is escaped: one line each,
+        whatever characters it holds, so an answer cannot forge log lines."""
         if not snap.up and self._was_up is not False:
             log.warning("triton %s (%s) unreachable: %s", self.target.name, redact(self.target.url),
-                        snap.errors[0].detail if snap.errors else "no answer")
+                        one_line(snap.errors[0].detail) if snap.errors else "no answer")
         elif snap.up and self._was_up is False:
             log.info("triton %s reachable again", self.target.name)
         self._was_up = snap.up
@@ -233,15 +237,28 @@ class TritonReader:
         # One line when a call starts failing and one when it recovers, not one per poll.
         failing = set()
         for err in snap.errors:
-            key = (err.endpoint, err.cause, err.detail.split(":", 1)[0] if err.endpoint in ("config", "stats") else "")
+            key = (err.endpoint, err.cause, err.subject, err.entry)
             failing.add(key)
             if key not in self._failing:
-                log.warning("triton %s: %s call failed (%s): %s", self.target.name, err.endpoint, err.cause,
-                            err.detail)
-        for endpoint, cause, what in sorted(self._failing - failing):
-            log.info("triton %s: %s call %srecovered from %s", self.target.name, endpoint,
-                     f"for {what} " if what else "", cause)
+                log.warning("triton %s: %s call%s failed (%s): %s", self.target.name, err.endpoint,
+                            _about(err.subject, err.entry), err.cause, one_line(err.detail))
+        for endpoint, cause, subject, entry in sorted(self._failing - failing):
+            log.info("triton %s: %s call%s recovered from %s", self.target.name, endpoint, _about(subject, entry),
+                     cause)
         self._failing = failing
+
+
+def one_line(text: str) -> str:
+    """`text` when every character is printable, else escaped as Python's repr does (line breaks, control
+    and terminal escape characters, and then backslashes too, without the quotes), so it stays on one log line
+    and cannot pass for another."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+def _about(subject: str, entry: bool = False) -> str:
+    if subject:
+        return f" for model {subject!r}"
+    return " for an entry without a model name" if entry else ""
 
 
 def _bind(fn, arg):

@@ -59,9 +59,15 @@ class ModelConfigFigures:
 
 @dataclasses.dataclass(frozen=True)
 class PollError:
+    """One failed call or malformed part of an answer. `subject`: the model it concerns, `entry`: True for
+    one entry of an answer (the rest was used), False for the whole call; both key its log lines. `detail`
+    may quote Triton's text (escaped when logged)."""
+
     endpoint: str
     cause: str
     detail: str = ""
+    subject: str = ""
+    entry: bool = False
 
 
 @dataclasses.dataclass
@@ -91,25 +97,32 @@ class TritonSnapshot:
     timestamp: float = 0.0
 
 
-def parse_index(answer: object) -> list[ModelVersionState]:
-    """Repository index → the versions to report.
+def parse_index(answer: object) -> tuple[list[ModelVersionState], list[tuple[str, str]]]:
+    """Repository index → (the versions to report, problems as (model, text)).
 
     Entries without a state (in the repository, never loaded: explicit model control) and entries
     UNAVAILABLE with reason "unloaded" (explicitly unloaded; Triton keeps listing them) are left out, so the
     series of an unloaded model disappear at the next poll instead of looking like a failed model.
+    An entry with an empty name is left out as a problem: a Triton model is named by its directory in the
+    model repository, which cannot have an empty name, and `model=""` would read as no label at all in
+    Prometheus. Raises ValueError when the answer is not a list of named entries.
     """
     if not isinstance(answer, list):
         raise ValueError(f"repository index: expected a list, got {type(answer).__name__}")
     out = []
+    problems: list[tuple[str, str]] = []
     for entry in answer:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise ValueError("repository index: entry without a name")
+        if not entry["name"]:
+            problems.append(("", "repository index: entry with an empty model name left out"))
+            continue
         state = str(entry.get("state") or "")
         reason = str(entry.get("reason") or "")
         if not state or (state == "UNAVAILABLE" and reason == UNLOADED_REASON):
             continue
         out.append(ModelVersionState(entry["name"], str(entry.get("version") or ""), state, reason))
-    return out
+    return out, problems
 
 
 def parse_config(answer: object) -> ModelConfigFigures:

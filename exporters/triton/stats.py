@@ -129,7 +129,7 @@ def parse_model_stat(stat: object) -> tuple[tuple[str, str], ModelStats]:
     if not isinstance(stat, dict) or not isinstance(stat.get("name"), str) or not stat["name"]:
         raise BadValue("model_stats entry without a name")
     key = (stat["name"], str(field(stat, "version", "") or ""))
-    where = f"{key[0]} version {key[1]}"
+    where = f"{key[0]!r} version {key[1]!r}"  # repr: a name may hold any character, a newline included
     inference = field(stat, "inference_stats") or {}
     if not isinstance(inference, dict):
         raise BadValue(f"{where}: inference_stats is not an object")
@@ -150,10 +150,11 @@ def parse_model_stat(stat: object) -> tuple[tuple[str, str], ModelStats]:
     )
 
 
-def parse_stats(answer: object) -> tuple[dict[tuple[str, str], ModelStats], list[str]]:
+def parse_stats(answer: object) -> tuple[dict[tuple[str, str], ModelStats], list[tuple[str, str]]]:
     """Statistics answer → ({(model, version): ModelStats}, problems).
 
-    `problems` names each model version whose entry was malformed and left out. Raises ValueError when the
+    `problems` holds (model name, text) for each model version whose entry was malformed and left out
+    ("" as the name when the entry has none). Raises ValueError when the
     answer as a whole has the wrong shape (not `{"model_stats": [...]}`).
     """
     if not isinstance(answer, dict):
@@ -167,7 +168,8 @@ def parse_stats(answer: object) -> tuple[dict[tuple[str, str], ModelStats], list
         try:
             key, stats = parse_model_stat(entry)
         except BadValue as exc:
-            problems.append(str(exc))
+            name = entry.get("name") if isinstance(entry, dict) else None
+            problems.append((name if isinstance(name, str) else "", str(exc)))
             continue
         out[key] = stats
     return out, problems
