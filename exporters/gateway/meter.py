@@ -165,6 +165,10 @@ class RequestMeter:
         if self.finished:
             return None
         self.finished = True
+        if self.method is None and self.streamed and self.unmetered is None:
+            # A stream that carried no token event (it failed or ended first) was still counted from its
+            # events: 0 tokens, by method "events", so the record never shows a count without its method.
+            self.method = "events"
         now = self.clock() if now is None else now
         s = self.series
         self._write_itl(now)

@@ -48,7 +48,9 @@ def _count_after(data: bytes, field: bytes, name: str, earlier: int | None = Non
     i = data.find(field)
     if i < 0:
         return None
-    token = _VALUE_AT.match(data, i + len(field)).group(1)  # a C match where the value starts: once per event
+    found = _VALUE_AT.match(data, i + len(field))  # a C match where the value starts: once per event
+    token = found.group(1) if found is not None else b""  # (the pattern matches the empty string too)
+    value: object
     if token.isdigit() and len(token) < 10:
         value = int(token)  # the usual case, below MAX_TOKENS by its length
     else:

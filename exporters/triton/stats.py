@@ -163,7 +163,7 @@ def parse_stats(answer: object) -> tuple[dict[tuple[str, str], ModelStats], list
     if not isinstance(entries, list):
         raise ValueError("statistics: model_stats is not a list")
     out: dict[tuple[str, str], ModelStats] = {}
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     for entry in entries:
         try:
             key, stats = parse_model_stat(entry)
