@@ -6,7 +6,8 @@ server on one loopback port serves all four; each provider keeps its own state a
   "ok"          answer as the provider does on success (and enforce its documented limits)
   "down"        HTTP 503 (an outage)
   "hang"        hold the request for `hang_s` seconds (a provider that stops answering), then 503
-  "rate_limit"  the provider's throttling answer (429, or WeCom errcode 45009)
+  "rate_limit"  the provider's throttling answer (429, or WeCom errcode 45009); `retry_after` (a string) is
+                sent as its Retry-After header when set (Slack sends "1" by default)
   "bad_key"     the provider's answer to a wrong key/URL
 `latency_s` makes a provider answer that much later (a slow one that still accepts).
 Size limits are attributes a test may lower, to play a provider that measures more strictly than it
@@ -67,6 +68,7 @@ class _Provider:
     def reset(self) -> None:
         """Mode "ok" and the provider's documented limits (subclasses restore theirs)."""
         self.mode = "ok"
+        self.retry_after: str | None = None  # Retry-After of a "rate_limit" answer (None: the provider's own)
         self.latency_s = 0.0  # a slow provider that still answers: every request waits this long first
 
     def set_mode(self, mode: str, hang_s: float | None = None) -> None:
@@ -86,6 +88,10 @@ class _Provider:
             peer = request.transport.get_extra_info("peername") if request.transport else None
             self.received.append(Received(time.time(), self.name, request.path_qs, body, text, raw,
                                           tuple(mentions), dict(request.headers), tuple(peer or ())))
+
+    def _retry_after(self, default: str | None = None) -> dict:
+        value = self.retry_after if self.retry_after is not None else default
+        return {} if value is None else {"Retry-After": value}
 
     def _reject(self, answer: str) -> None:
         with self.lock:
@@ -130,7 +136,8 @@ class PagerDutySim(_Provider):
         if mode == "rate_limit":
             self._reject("429")
             return web.json_response({"status": "throttle exceeded", "message": "Requests for this service are "
-                                      "arriving too quickly.  Please retry later."}, status=429)
+                                      "arriving too quickly.  Please retry later."}, status=429,
+                                     headers=self._retry_after())
         try:
             event = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -196,7 +203,7 @@ class SlackSim(_Provider):
             return web.Response(status=503, text="service_unavailable")
         if mode == "rate_limit":
             self._reject("429")
-            return web.Response(status=429, text="rate_limited", headers={"Retry-After": "1"})
+            return web.Response(status=429, text="rate_limited", headers=self._retry_after("1"))
         if mode == "bad_key" or request.path != self.hook_path:
             self._reject("403 invalid_token")
             return web.Response(status=403, text="invalid_token")
@@ -296,7 +303,8 @@ class VoiceSim(_Provider):
             return web.Response(status=503, text="busy")
         if mode == "rate_limit":
             self._reject("429")
-            return web.json_response({"Code": "Throttling", "Message": "too many calls"}, status=429)
+            return web.json_response({"Code": "Throttling", "Message": "too many calls"}, status=429,
+                                     headers=self._retry_after())
         if mode == "bad_key" or request.headers.get("Authorization") != f"Bearer {self.token}":
             self._reject("401")
             return web.json_response({"Code": "InvalidAccessKey", "Message": "unauthorized"}, status=401)

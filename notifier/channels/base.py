@@ -17,6 +17,8 @@ import logging
 from typing import ClassVar, Iterable, Protocol
 
 import requests
+from urllib3.exceptions import InvalidHeader
+from urllib3.util.retry import Retry
 
 from inferwatch import redaction
 from inferwatch.notifier.channels.text import utf8_len  # noqa: F401 - re-exported for older imports
@@ -189,7 +191,7 @@ def classify_http(status: int, body: str = "", retry_after: str | None = None) -
     snippet = short(body)
     if 200 <= status < 300:
         return DeliveryResult.success(snippet)
-    after = _parse_retry_after(retry_after)
+    after = parse_retry_after(retry_after)
     if status == 429:
         return DeliveryResult.fail("rate_limited", f"HTTP 429 {snippet}", retryable=True, retry_after=after)
     if status == 408:
@@ -213,11 +215,20 @@ def too_long(result: DeliveryResult) -> DeliveryResult:
     return DeliveryResult.fail("too_long", result.detail, retryable=True)
 
 
-def _parse_retry_after(value: str | None) -> float | None:
+_RETRY_AFTER = Retry()  # only for its Retry-After parser
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds a `Retry-After` header asks to wait (RFC 9110 §10.2.3: delta-seconds or an HTTP-date; a date in
+    the past is 0), or None when absent or malformed (negative, fractional, words): our own backoff applies.
+    Parsed by urllib3's `Retry.parse_retry_after`. Not clamped here: the delivery worker clamps it to
+    `notifier.retry_max` and the row's `max_delivery_age`."""
+    if not value:
+        return None
     try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None  # an HTTP date: ignore, our own backoff applies
+        return float(_RETRY_AFTER.parse_retry_after(value))
+    except (InvalidHeader, ValueError, OverflowError):
+        return None
 
 
 # ------------------------------------------------------------------------------------------ redaction
