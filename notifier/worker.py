@@ -95,6 +95,8 @@ class DeliveryWorker:
         self._enrich_pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="enrich")
         self._enrichers: dict[str, Callable] = {}
         self.recorder = OutcomeRecorder(outbox, metrics, on_written=self.wake)
+        if getattr(metrics, "outbox_collector", None) is not None:
+            metrics.outbox_collector.recorder = self.recorder  # outbox_due leaves out sent, unrecorded rows
         self._send_s: dict[str, float] = {}  # running average of each channel's send time (seconds)
         self._errors = ConditionLog(log)
         self.sender = make_sender(spec, channels)
