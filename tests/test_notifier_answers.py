@@ -74,7 +74,7 @@ def test_a_huge_answer_is_read_up_to_the_bound_and_the_rest_discarded(sims, name
     provider.answer_sent = 0
     result, _ = send(sims, name)
     assert not result.ok and result.retryable and result.reason == "http_5xx", result
-    assert result.detail.startswith("HTTP 503 service_unavailable xxx")
+    assert result.detail.startswith("HTTP 503 service_unavailable ...")
     # Of a 1 GiB answer only what the socket buffers hold left the simulator before the client hung up.
     wait_for(lambda: provider.answer_sent > 0, what="the answer started")
     assert provider.answer_sent < 32 * 2**20, provider.answer_sent

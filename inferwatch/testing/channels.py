@@ -69,6 +69,7 @@ class _Provider:
         self.rejected: list[tuple[float, str]] = []  # (time, answer) of every non-accepted request
         self.lock = threading.Lock()
         self.in_flight = threading.Event()  # set while a "hang" request is being held
+        _Provider.reset(self)  # the attributes reset() restores (subclasses' reset may need their own state)
 
     def reset(self) -> None:
         """Mode "ok" and the provider's documented limits (subclasses restore theirs)."""
@@ -118,7 +119,7 @@ class _Provider:
         await resp.prepare(request)
         try:
             if big:
-                chunk = b"service_unavailable " + b"x" * (65536 - 20)
+                chunk = b"service_unavailable " + b"." * (65536 - 20)
                 left = self.answer_bytes
                 while left > 0:
                     n = min(left, len(chunk))
