@@ -9,6 +9,9 @@ registered with the parts libraries print on their own: urllib3 logs `"POST /ser
 query value and a token-like last path segment count as secrets as well. `address(url)` is the form of a URL
 that may become a label or a scrape target: host:port, never its user-info.
 
+Each secret is also redacted in any letter case and in the encodings a provider's error text may quote it
+in (base64, base64url, percent-encoding: `encodings()`).
+
 Patterns redacted even when no value was registered (an error body quoting some other URL): query
 credentials (`key=`, `token=`, ...), JSON credential fields, `Authorization:` values, URL user-info and Slack
 webhook tokens.
@@ -21,7 +24,7 @@ import logging
 import re
 import threading
 from typing import Iterable
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 4        # shorter values are too common to replace in text (and too weak to be secrets)
@@ -100,6 +103,23 @@ def register_url_credentials(url: str | None) -> None:
         _add(secret_parts(url) - {url})
 
 
+def encodings(value: str) -> set[str]:
+    """`value` and the forms a provider's error text may quote it in: base64 and base64url (RFC 4648 §4,
+    §5; padded and not) of its UTF-8 bytes, and URL percent-encoding (RFC 3986 §2.1; `quote_plus` too).
+    Matching is case-insensitive on top (a routing key quoted lowercased), see `_pattern`."""
+    raw = value.encode("utf-8")
+    forms = {value, quote(value, safe=""), quote_plus(value, safe="")}
+    for encoded in (base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()):
+        forms.update((encoded, encoded.rstrip("=")))
+    return {f for f in forms if len(f) >= MIN_SECRET_CHARS}
+
+
+def _pattern(values: Iterable[str]) -> re.Pattern | None:
+    """One case-insensitive alternation of `values`, longest first (a whole URL before its parts)."""
+    ordered = sorted(set(values), key=len, reverse=True)
+    return re.compile("|".join(re.escape(v) for v in ordered), re.IGNORECASE) if ordered else None
+
+
 def _add(parts: set[str]) -> None:
     global _secrets_re
     new = {p for p in parts if len(p) >= MIN_SECRET_CHARS} - _secrets
@@ -107,19 +127,18 @@ def _add(parts: set[str]) -> None:
         return
     with _lock:
         _secrets.update(new)
-        # Longest first, so a whole URL is replaced before its parts are.
-        ordered = sorted(_secrets, key=len, reverse=True)
-        _secrets_re = re.compile("|".join(re.escape(s) for s in ordered))
+        _secrets_re = _pattern(form for s in _secrets for form in encodings(s))
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` with every registered secret, each of `secrets` and the credential patterns replaced by
-    `<redacted>`."""
+    """`text` with every registered secret, each of `secrets` (each in any letter case, base64, base64url or
+    percent-encoded, see `encodings`) and the credential patterns replaced by `<redacted>`."""
     if not text:
         return text
-    for value in secrets:
-        if value and len(value) >= MIN_SECRET_CHARS:
-            text = text.replace(value, REDACTED)
+    given = _pattern(form for value in secrets if value and len(value) >= MIN_SECRET_CHARS
+                     for form in encodings(value))
+    if given is not None:
+        text = given.sub(REDACTED, text)
     pattern = _secrets_re
     if pattern is not None:
         text = pattern.sub(REDACTED, text)

@@ -424,7 +424,8 @@ class Channel:
     template: str = field("", doc="message template overriding the channel default "
                                   "(string.Template: per-alert line for chat, request body for voice)")
     headers: dict[str, Secret] = field({})
-    timeout: Duration = field(_d("10s"), doc="per-request timeout; a slow provider counts as a retryable failure")
+    timeout: Duration = field(_d("10s"), doc="deadline of a whole send (connect, request, answer); a slower "
+                                            "provider counts as a retryable failure (timeout)")
     rate_limit: int = field(0, doc="max messages per rate_window to this destination; 0 = the provider's limit "
                                    "(WeCom robot 20/min, Slack ~1/s, PagerDuty ~120/min, voice 10/min)")
     rate_window: Duration = field(_d("1m"), doc="window rate_limit counts over")

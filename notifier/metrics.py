@@ -10,6 +10,8 @@ right after a restart.
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -89,13 +91,18 @@ class NotifierMetrics:
                 self.dead_letters.labels(ch, reason)
                 if reason != "max_age":  # max_age is the worker giving up, not a send
                     self.send_errors.labels(ch, reason)
+        self.outbox_collector = None
         if outbox is not None:
-            self.registry.register(_OutboxCollector(outbox))
+            self.outbox_collector = _OutboxCollector(outbox)
+            self.registry.register(self.outbox_collector)
 
 
 class _OutboxCollector:
     def __init__(self, outbox):
         self.outbox = outbox
+        # The OutcomeRecorder (set by the delivery worker): rows sent whose outcome is not on disk yet are not
+        # backlog, although the outbox still says pending (a full disk).
+        self.recorder = None
 
     def describe(self):
         # Names only (no outbox read): the registry indexes them, so `/metrics?name[]=...` finds them.
@@ -123,7 +130,10 @@ class _OutboxCollector:
         age = GaugeMetricFamily("inferwatch_notifier_oldest_pending_age_seconds",
                                 "Age of the oldest due delivery still waiting (0 when none).")
         try:
-            n, n_due, oldest = self.outbox.backlog()
+            now = time.time()
+            finished, held = (self.recorder.unrecorded(now) if self.recorder is not None
+                              else (frozenset(), frozenset()))
+            n, n_due, oldest = self.outbox.backlog(now, finished=finished, held=held)
         except Exception:  # noqa: BLE001 - a locked or broken outbox must not fail the scrape; the intake reports it
             return
         depth.add_metric([], n)

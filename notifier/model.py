@@ -27,6 +27,7 @@ from typing import Any
 import ciso8601
 
 MAX_ALERTS = 10_000       # alerts kept per webhook; more are counted as truncated (body size bounds it anyway)
+UINT64_MAX = 2**64 - 1    # Alertmanager's truncatedAlerts is a Go uint64
 MAX_LABELS = 256          # entries kept per label or annotation set
 MAX_VALUE_CHARS = 16_384  # characters kept per string (label, annotation, URL); longer ones are cut
 NOTE_ANNOTATION = "inferwatch_note"  # annotation that says what intake dropped from an alert
@@ -107,10 +108,13 @@ class WebhookMessage:
         return len(self.alerts) + self.truncated_alerts
 
     def delivery_key(self) -> str:
-        """Identifies this exact notification: same group, status and alert states → same key.
+        """Identifies this notification: same group, receiver, status and alert states → same key.
 
-        Alertmanager retries and HA peers resend byte-different JSON for the same state (key order, timing),
-        so the key covers only what makes the notification distinct.
+        Alertmanager retries and HA peers resend byte-different JSON for the same state (key order, timing).
+        The key covers what Alertmanager itself compares before notifying again (its DedupStage: the sets of
+        firing and resolved alerts by fingerprint, i.e. by labels), plus each alert's start and end: an
+        annotation change alone is not a new notification there (Alertmanager sends none for it before
+        repeat_interval), and HA peers' copies differ in annotations that quote `$value`.
         """
         parts = [self.group_key, self.status, self.receiver]
         parts += sorted(f"{a.fingerprint}|{a.status}|{a.starts_at}|{a.ends_at}" for a in self.alerts)
@@ -182,12 +186,13 @@ def message_from_dict(data: Any, repairs: list[Repair] | None = None) -> Webhook
     if not isinstance(alerts_raw, list) or not alerts_raw:
         raise PayloadError(f"alerts: expected a non-empty list, got {_show(alerts_raw)}")
     truncated = data.get("truncatedAlerts", 0)
-    if isinstance(truncated, bool) or not isinstance(truncated, int) or truncated < 0:
-        raise PayloadError(f"truncatedAlerts: expected a non-negative integer, got {_show(truncated)}")
+    if isinstance(truncated, bool) or not isinstance(truncated, int) or not 0 <= truncated <= UINT64_MAX:
+        # Alertmanager's field is a Go uint64: anything else did not come from an Alertmanager.
+        raise PayloadError(f"truncatedAlerts: expected an integer from 0 to 2^64-1, got {_show(truncated)}")
     if len(alerts_raw) > MAX_ALERTS:
         extra = len(alerts_raw) - MAX_ALERTS
         r.repairs.append(Repair("alerts_dropped", "alerts", f"{extra} alerts over {MAX_ALERTS} counted as truncated"))
-        truncated += extra
+        truncated = min(UINT64_MAX, truncated + extra)  # still a uint64, as every value kept
         alerts_raw = alerts_raw[:MAX_ALERTS]
     alerts = tuple(r.alert(a, f"alerts[{i}]") for i, a in enumerate(alerts_raw))
     return WebhookMessage(

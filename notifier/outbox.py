@@ -533,12 +533,17 @@ class Outbox:
         out.update({r["state"]: r["n"] for r in rows})
         return out
 
-    def backlog(self, now: float | None = None) -> tuple[int, int, float]:
+    def backlog(self, now: float | None = None, *, finished: frozenset[int] = frozenset(),
+                held: frozenset[int] = frozenset()) -> tuple[int, int, float]:
         """(pending deliveries, those of them due by now, age in seconds of the oldest due one). A deferred
-        escalation is pending but not due: its created_at is when it falls due."""
+        escalation is pending but not due: its created_at is when it falls due. Rows the process finished but
+        could not record yet (`finished`, e.g. sent while the disk is full) are not counted; rows waiting for
+        a retry not recorded yet (`held`) are not due."""
         now = time.time() if now is None else now
         r = self._db().execute("SELECT COUNT(*) AS n, MIN(COALESCE(requeued_at, created_at)) AS oldest FROM "
-                               "deliveries WHERE state='pending' AND COALESCE(requeued_at, created_at) <= ?",
-                               (now,)).fetchone()
-        depth = self._db().execute("SELECT COUNT(*) AS n FROM deliveries WHERE state='pending'").fetchone()["n"]
+                               "deliveries WHERE state='pending' AND COALESCE(requeued_at, created_at) <= ? "
+                               "AND id NOT IN (SELECT value FROM json_each(?))",
+                               (now, json.dumps(sorted(finished | held)))).fetchone()
+        depth = self._db().execute("SELECT COUNT(*) AS n FROM deliveries WHERE state='pending' AND id NOT IN "
+                                   "(SELECT value FROM json_each(?))", (json.dumps(sorted(finished)),)).fetchone()["n"]
         return depth, r["n"], (now - r["oldest"]) if r["oldest"] else 0.0

@@ -64,6 +64,14 @@ class OutcomeRecorder:
         with self._cond:
             return frozenset(i for i, (until, _) in self._held.get(channel, {}).items() if until > now)
 
+    def unrecorded(self, now: float) -> tuple[frozenset[int], frozenset[int]]:
+        """(rows finished whose outcome is not written yet, rows waiting for a retry not written yet and not
+        due at `now`), over every channel: what the outbox still shows as pending and due although it is not."""
+        with self._cond:
+            rows = [(i, until) for held in self._held.values() for i, (until, _) in held.items()]
+        return (frozenset(i for i, until in rows if until == float("inf")),
+                frozenset(i for i, until in rows if now < until < float("inf")))
+
     def pending(self) -> int:
         """Deliveries whose outcome is not written yet."""
         with self._cond:

@@ -90,6 +90,9 @@ class NotifierService:
         self.shared_port = shared_port
         self.data_dir = Path(data_dir or spec.notifier.data_dir)
         self.outbox = Outbox(self.data_dir / OUTBOX_FILE, dedup_window_s=spec.notifier.dedup_window.seconds)
+        # A write now, so readiness and inferwatch_notifier_outbox_writable are true from the start (a full disk
+        # after a restart is known before the first webhook gets 503); a failure is logged once by the outbox.
+        self.outbox.probe()
         self.router = Router(spec)
         check_channel_secrets(spec)
         self.channels = {name: build_channel(name, c) for name, c in spec.channels.items()}

@@ -53,6 +53,8 @@ COALESCE_SELF_S = 0.5      # ... or when sending the backlog one group at a time
 # channels send one message per group (no digest), so in a storm they need more in flight than chat ones.
 MAX_IN_FLIGHT = {"chat": 4, "phone": 16}
 SEND_TIME_EWMA = 0.2       # weight of the newest send in the running average of a channel's send time
+# A rate-limit answer without Retry-After pauses its channel this long (at most notifier.retry_max).
+DEFAULT_RATE_PAUSE_S = 60.0
 IDLE_POLL_S = 1.0          # re-check the outbox at least this often (rows may be added by `outbox retry`)
 FINISHED_MEMORY = 100_000  # outcomes of the most recent deliveries kept for watch() (a send may beat the watch)
 
@@ -93,6 +95,8 @@ class DeliveryWorker:
         self._enrich_pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="enrich")
         self._enrichers: dict[str, Callable] = {}
         self.recorder = OutcomeRecorder(outbox, metrics, on_written=self.wake)
+        if getattr(metrics, "outbox_collector", None) is not None:
+            metrics.outbox_collector.recorder = self.recorder  # outbox_due leaves out sent, unrecorded rows
         self._send_s: dict[str, float] = {}  # running average of each channel's send time (seconds)
         self._errors = ConditionLog(log)
         self.sender = make_sender(spec, channels)
@@ -295,19 +299,38 @@ class DeliveryWorker:
             # DEBUG: a storm delivers hundreds a second (counted in notifications_total); failures are WARNING.
             log.debug("delivered %d notification(s) (%d alerts) to %s", len(rows), notification.alert_count(), name)
         elif result.retryable:
-            if result.reason == "rate_limited":
-                limiter.block(now, result.retry_after or 60.0)
             s = self.spec.notifier
+            asked = self._provider_wait(name, result)
+            if result.reason == "rate_limited":
+                # The provider throttles the destination, not one message: pause the channel, never longer than
+                # retry_max (a Retry-After of years must not stop every later page).
+                limiter.block(now, min(DEFAULT_RATE_PAUSE_S, s.retry_max.seconds) if asked is None else asked)
+            max_age = s.max_delivery_age.seconds
             schedule = []
             for r in rows:
-                delay = backoff_delay(r.attempts, s.retry_initial.seconds, s.retry_max.seconds, self.rng)
-                schedule.append((r.id, now + max(delay, result.retry_after or 0.0)))
+                delay = max(backoff_delay(r.attempts, s.retry_initial.seconds, s.retry_max.seconds, self.rng),
+                            asked or 0.0)
+                # Never beyond the row's max_delivery_age: its last try falls on its deadline, then it expires.
+                schedule.append((r.id, min(now + delay, max(now, r.age_origin + max_age))))
             self._outcome(name, Outcome.retry(schedule, result.reason, result.detail))
             self.metrics.notifications.labels(name, "retried").inc(len(rows))
             log.warning("delivery to %s failed (%s: %s); %d notification(s) will be retried",
                         name, result.reason, result.detail, len(rows))
         else:
             self._dead(name, rows, result.reason, result.detail, now)
+
+    def _provider_wait(self, name: str, result: DeliveryResult) -> float | None:
+        """The wait the provider asked for (Retry-After, a rate errcode), clamped to `notifier.retry_max`
+        (logged, once a minute per channel, when it was longer); None when it asked for none."""
+        if result.retry_after is None:
+            return None
+        limit = self.spec.notifier.retry_max.seconds
+        if result.retry_after > limit:
+            self._errors.log(f"{name}:retry_after", logging.WARNING,
+                             "channel %s: the provider asked for a %.0fs wait (Retry-After or its rate "
+                             "answer); waiting %.0fs (notifier.retry_max) instead", name, result.retry_after, limit)
+            return limit
+        return result.retry_after
 
     def _send(self, name: str, channel: Channel, n: Notification) -> DeliveryResult:
         t0 = time.perf_counter()

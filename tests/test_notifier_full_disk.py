@@ -59,6 +59,10 @@ class TmpfsDisk:
     def free(self, pid: int) -> None:
         self.filler.unlink()
 
+    def full_from_start(self):
+        """A preexec_fn for a process started on this disk once fill() has filled it (nothing to do)."""
+        return _ignore_sigxfsz
+
 
 class FileSizeLimit:
     """Fallback without mount rights: the notifier's RLIMIT_FSIZE set to the outbox files' current size, so
@@ -76,13 +80,24 @@ class FileSizeLimit:
     def umount(self) -> None:
         pass
 
-    def fill(self, pid: int) -> None:
+    def fill(self, pid: int | None) -> None:
+        if pid is None:  # a process started later: full_from_start() sets its limit
+            return
         size = max(f.stat().st_size for f in self.path.iterdir() if f.is_file())
         # Soft limit only: a lowered hard limit could not be raised again without privileges.
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
 
     def free(self, pid: int) -> None:
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+    def full_from_start(self):
+        """A preexec_fn that starts a process with the limit at the outbox files' current size."""
+        size = max(f.stat().st_size for f in self.path.iterdir() if f.is_file())
+
+        def limit():
+            _ignore_sigxfsz()
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+        return limit
 
 
 @pytest.fixture
@@ -151,6 +166,9 @@ def test_full_disk_sends_each_message_once_with_one_log_line_and_not_ready(disk,
               f"{FULL_FOR_S:.0f}s with the disk full: messages sent per delivery max {max(per_delivery)}, "
               f"mean {sum(per_delivery) / len(per_delivery):.2f}")
         assert per_delivery == [1] * len(names)
+        # Sent although the outcomes are not on disk: not backlog (the outbox still says pending).
+        assert metric(url, "inferwatch_notifier_outbox_due") == 0
+        assert metric(url, "inferwatch_notifier_outbox_depth") == 0
         ready = requests.get(url + "/-/ready", timeout=10)
         assert ready.status_code == 503 and "outbox cannot be written" in ready.text
         assert metric(url, "inferwatch_notifier_unrecorded_outcomes") >= len(names)
@@ -169,3 +187,31 @@ def test_full_disk_sends_each_message_once_with_one_log_line_and_not_ready(disk,
         assert metric(url, "inferwatch_notifier_outbox_depth") == 0
         log = stderr_path.read_text()
         assert len([ln for ln in log.splitlines() if "can be written again" in ln]) == 1, log
+
+
+def test_a_restart_on_a_full_disk_is_not_ready_before_the_first_webhook(disk, sims, tmp_path):
+    """Webhooks delivered, SIGKILL, the disk fills, restart with nothing to send: /-/ready and outbox_writable
+    say so at once (a start-up write probes the outbox), not only after the first webhook got 503."""
+    data = spec_data(sims)
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(data))
+    with notifier_process(spec_file, disk.path, tmp_path / "first.stderr", preexec_fn=_ignore_sigxfsz) as (proc, url):
+        for i in range(3):
+            r = requests.post(url + "/alerts", json=webhook(f"RestartFullL2No{i}", "L2", group=f"r{i}"), headers=AUTH,
+                              timeout=10)
+            assert r.status_code == 200
+        wait_for(lambda: metric(url, "inferwatch_notifier_outbox_depth") == 0, what="every delivery recorded")
+        assert metric(url, "inferwatch_notifier_outbox_writable") == 1
+        proc.kill()
+        proc.wait(10)
+    disk.fill(None)
+    stderr_path = tmp_path / "second.stderr"
+    with notifier_process(spec_file, disk.path, stderr_path, preexec_fn=disk.full_from_start()) as (proc, url):
+        ready = requests.get(url + "/-/ready", timeout=10)
+        assert ready.status_code == 503 and "outbox cannot be written" in ready.text, ready.text
+        assert metric(url, "inferwatch_notifier_outbox_writable") == 0
+        assert metric(url, 'inferwatch_notifier_outbox_write_errors_total{operation="probe"}') >= 1
+        assert len([ln for ln in stderr_path.read_text().splitlines() if "cannot be written" in ln]) == 1
+        disk.free(proc.pid)
+        wait_for(lambda: requests.get(url + "/-/ready", timeout=10).status_code == 200, what="ready again")
+        assert metric(url, "inferwatch_notifier_outbox_writable") == 1

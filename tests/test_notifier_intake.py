@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 
 import pytest
 import requests
@@ -277,3 +278,34 @@ def test_metrics_are_served_by_prometheus_client_with_negotiation_and_gzip(servi
     assert b"inferwatch_notifier_outbox_writable" in gzip.decompress(raw.read(decode_content=False))
     only = requests.get(service.url + "/metrics?name[]=inferwatch_notifier_outbox_depth").text
     assert "inferwatch_notifier_outbox_depth" in only and "inferwatch_notifier_webhooks_total" not in only
+
+
+def _changed(body: dict, change) -> dict:
+    copy = json.loads(json.dumps(body))
+    change(copy)
+    return copy
+
+
+# What makes a webhook a new notification, as Alertmanager's own DedupStage decides it (the sets of firing and
+# resolved alerts by fingerprint; annotations are not compared, HA peers' copies differ in `$value`).
+SAME_OR_NEW = [
+    ("an annotation differs (a peer's $value)", lambda b: b["alerts"][0]["annotations"].update(description="95.2"),
+     "duplicate"),
+    ("commonAnnotations differ", lambda b: b["commonAnnotations"].update(summary="other"), "duplicate"),
+    ("externalURL differs (the other peer)", lambda b: b.update(externalURL="http://am-1:9093"), "duplicate"),
+    ("truncatedAlerts differs", lambda b: b.update(truncatedAlerts=3), "duplicate"),
+    ("an alert resolved", lambda b: b["alerts"][0].update(status="resolved", endsAt="2030-01-01T00:00:00Z"),
+     "accepted"),
+    ("an alert more", lambda b: b["alerts"].append({**b["alerts"][0], "fingerprint": "00000000000000ff"}),
+     "accepted"),
+    ("an alert fired again (new start)", lambda b: b["alerts"][0].update(startsAt="2031-01-01T00:00:00Z"),
+     "accepted"),
+    ("another receiver", lambda b: b.update(receiver="notifier-other"), "accepted"),
+]
+
+
+@pytest.mark.parametrize("change, answer", [(c, a) for _, c, a in SAME_OR_NEW], ids=[r for r, _, _ in SAME_OR_NEW])
+def test_a_webhook_is_a_duplicate_exactly_when_alertmanager_would_not_notify_again(service, change, answer):
+    body = webhook("DedupTable", "L2", n=2, group=f"dedup-{uuid.uuid4()}")
+    assert post(service, body).json()["status"] == "accepted"
+    assert post(service, _changed(body, change)).json()["status"] == answer

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+from urllib.parse import quote, quote_plus
 
 import pytest
 import requests
@@ -31,6 +32,15 @@ VOICE_PASSWORD = "v0icePassw0rd-Kq9"             # user-info in the voice URL
 BEARER = "notifier-bearer-Lk4Jh5Gf6Ds7"
 SECRETS = [SLACK_TOKEN, WECOM_KEY, ROUTING_KEY, VOICE_TOKEN, VOICE_PASSWORD, BEARER,
            base64.b64encode(f"caller:{VOICE_PASSWORD}".encode()).decode()]
+
+
+def quoted_forms(secret: str) -> dict[str, str]:
+    """The forms a provider's error text may quote a secret in (each must be redacted)."""
+    raw = secret.encode()
+    return {"exact": secret, "lowercased": secret.lower(), "uppercased": secret.upper(),
+            "base64": base64.b64encode(raw).decode(), "base64 unpadded": base64.b64encode(raw).decode().rstrip("="),
+            "base64url": base64.urlsafe_b64encode(raw).decode(), "percent-encoded": quote(secret, safe=""),
+            "percent-encoded, lowercase hex": quote(secret, safe="").lower(), "form-encoded": quote_plus(secret)}
 
 
 class QuotingProviders:
@@ -53,9 +63,12 @@ class QuotingProviders:
 
     async def pagerduty(self, request):
         body = await request.json()
+        key = body.get("routing_key")
+        # Quoted as given, and in every other form a provider's error may use (lowercased, base64, ...).
         return web.json_response({"status": "invalid event", "message": "Event object is invalid",
-                                  "errors": [f"routing_key {body.get('routing_key')} is not valid",
-                                             f'"routing_key": "{body.get("routing_key")}"']}, status=400)
+                                  "errors": [f"routing_key {key} is not valid", f'"routing_key": "{key}"',
+                                             *(f"integration {form} unknown" for form in quoted_forms(key).values())]},
+                                 status=400)
 
     async def voice(self, request):
         return web.Response(status=401, text=f"rejected {self.voice_url} with "
@@ -138,7 +151,8 @@ def test_a_verbose_notifier_failing_against_quoting_providers_shows_no_secret_an
     assert "urllib3.connectionpool" in outputs["stderr"]  # the verbose third-party lines are there...
     assert "<redacted>" in outputs["stderr"]             # ...and were redacted
     lines = sum(len(v.splitlines()) for v in outputs.values())
-    leaks = {(where, s) for where, text in outputs.items() for s in SECRETS if s in text}
+    leaks = {(where, s, form) for where, text in outputs.items() for s in SECRETS
+             for form, quoted in quoted_forms(s).items() if quoted in text}
     print(f"\nsearched {lines} lines of output (stderr -v, outbox list, /metrics, refused answer) for "
           f"{len(SECRETS)} secrets: {len(leaks)} found")
     assert not leaks, leaks
@@ -154,6 +168,23 @@ def test_url_secret_parts_are_redacted_as_libraries_print_them():
                             f"{VOICE_PASSWORD}X alone")
     assert SLACK_TOKEN not in text and WECOM_KEY not in text and VOICE_PASSWORD not in text
     assert "/services/T9/B9/<redacted>" in text and "debug=1" in text  # only the secret parts go
+
+
+SECRET_WITH_SYMBOLS = "R0ut1ngK3y>>?~~"  # its base64 has "+", its base64url "-": both forms differ
+
+
+@pytest.mark.parametrize("form", list(quoted_forms(SECRET_WITH_SYMBOLS)))
+@pytest.mark.parametrize("registered", [True, False], ids=["registered", "given to redact()"])
+def test_a_secret_is_redacted_in_every_case_and_encoding_a_provider_may_quote(form, registered):
+    quoted = quoted_forms(SECRET_WITH_SYMBOLS)[form]
+    text = f"provider says: integration {quoted} is unknown"
+    if registered:
+        redaction.register(SECRET_WITH_SYMBOLS)
+        out = redaction.redact(text)
+    else:
+        out = redaction.redact(text.replace(quoted, quoted_forms("UnRegistered-K3y~~")[form]),
+                               ["UnRegistered-K3y~~"])
+    assert out == "provider says: integration <redacted> is unknown", (form, out)
 
 
 @pytest.mark.parametrize("text, secret", [

@@ -6,8 +6,13 @@ server on one loopback port serves all four; each provider keeps its own state a
   "ok"          answer as the provider does on success (and enforce its documented limits)
   "down"        HTTP 503 (an outage)
   "hang"        hold the request for `hang_s` seconds (a provider that stops answering), then 503
-  "rate_limit"  the provider's throttling answer (429, or WeCom errcode 45009)
+  "rate_limit"  the provider's throttling answer (429, or WeCom errcode 45009); `retry_after` (a string) is
+                sent as its Retry-After header when set (Slack sends "1" by default)
   "bad_key"     the provider's answer to a wrong key/URL
+  "big"         HTTP 503 with an answer of `answer_bytes` bytes, streamed (`answer_sent` counts what the
+                client took before it left): a provider or proxy answering with a huge error page
+  "trickle"     HTTP 200 whose body arrives one byte every `trickle_s` seconds (200 bytes)
+  "trickle_head" the status line and headers themselves one byte every `trickle_s` seconds
 `latency_s` makes a provider answer that much later (a slow one that still accepts).
 Size limits are attributes a test may lower, to play a provider that measures more strictly than it
 documents: `SlackSim.max_total_chars` (`msg_blocks_too_long`), `WeComSim.max_markdown_bytes` /
@@ -33,7 +38,8 @@ from aiohttp import web
 
 from inferwatch.testing.channel_text import slack_block_ok, slack_display, slack_text_chars, wecom_display
 
-MODES = ("ok", "down", "hang", "rate_limit", "bad_key")
+MODES = ("ok", "down", "hang", "rate_limit", "bad_key", "big", "trickle", "trickle_head")
+HOSTILE_ANSWERS = ("big", "trickle", "trickle_head")  # answered the same way by every provider
 
 
 @dataclasses.dataclass
@@ -63,10 +69,15 @@ class _Provider:
         self.rejected: list[tuple[float, str]] = []  # (time, answer) of every non-accepted request
         self.lock = threading.Lock()
         self.in_flight = threading.Event()  # set while a "hang" request is being held
+        _Provider.reset(self)  # the attributes reset() restores (subclasses' reset may need their own state)
 
     def reset(self) -> None:
         """Mode "ok" and the provider's documented limits (subclasses restore theirs)."""
         self.mode = "ok"
+        self.retry_after: str | None = None  # Retry-After of a "rate_limit" answer (None: the provider's own)
+        self.answer_bytes = 1 << 30          # size of a "big" answer
+        self.answer_sent = 0                 # bytes of "big" answers the clients took
+        self.trickle_s = 0.5                 # "trickle" / "trickle_head": seconds between two bytes
         self.latency_s = 0.0  # a slow provider that still answers: every request waits this long first
 
     def set_mode(self, mode: str, hang_s: float | None = None) -> None:
@@ -86,6 +97,46 @@ class _Provider:
             peer = request.transport.get_extra_info("peername") if request.transport else None
             self.received.append(Received(time.time(), self.name, request.path_qs, body, text, raw,
                                           tuple(mentions), dict(request.headers), tuple(peer or ())))
+
+    async def hostile(self, request: web.Request) -> web.StreamResponse:
+        """The answer of a "big", "trickle" or "trickle_head" mode (see the module docstring)."""
+        self.attempts += 1
+        self._reject(self.mode)
+        await request.read()
+        if self.mode == "trickle_head":
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+            for i in range(len(head)):
+                if request.transport is None or request.transport.is_closing():
+                    break
+                request.transport.write(head[i:i + 1])
+                await asyncio.sleep(self.trickle_s)
+            if request.transport is not None:
+                request.transport.close()
+            raise asyncio.CancelledError  # the answer was written by hand; aiohttp writes nothing more
+        big = self.mode == "big"
+        resp = web.StreamResponse(status=503 if big else 200, headers={"Content-Type": "text/plain"})
+        resp.content_length = self.answer_bytes if big else 200
+        await resp.prepare(request)
+        try:
+            if big:
+                chunk = b"service_unavailable " + b"." * (65536 - 20)
+                left = self.answer_bytes
+                while left > 0:
+                    n = min(left, len(chunk))
+                    await resp.write(chunk[:n])
+                    left -= n
+                    self.answer_sent += n
+            else:
+                for _ in range(200):
+                    await resp.write(b"o")
+                    await asyncio.sleep(self.trickle_s)
+        except (ConnectionError, RuntimeError):
+            pass  # the client left (what a bounded client does)
+        return resp
+
+    def _retry_after(self, default: str | None = None) -> dict:
+        value = self.retry_after if self.retry_after is not None else default
+        return {} if value is None else {"Retry-After": value}
 
     def _reject(self, answer: str) -> None:
         with self.lock:
@@ -130,7 +181,8 @@ class PagerDutySim(_Provider):
         if mode == "rate_limit":
             self._reject("429")
             return web.json_response({"status": "throttle exceeded", "message": "Requests for this service are "
-                                      "arriving too quickly.  Please retry later."}, status=429)
+                                      "arriving too quickly.  Please retry later."}, status=429,
+                                     headers=self._retry_after())
         try:
             event = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -196,7 +248,7 @@ class SlackSim(_Provider):
             return web.Response(status=503, text="service_unavailable")
         if mode == "rate_limit":
             self._reject("429")
-            return web.Response(status=429, text="rate_limited", headers={"Retry-After": "1"})
+            return web.Response(status=429, text="rate_limited", headers=self._retry_after("1"))
         if mode == "bad_key" or request.path != self.hook_path:
             self._reject("403 invalid_token")
             return web.Response(status=403, text="invalid_token")
@@ -296,7 +348,8 @@ class VoiceSim(_Provider):
             return web.Response(status=503, text="busy")
         if mode == "rate_limit":
             self._reject("429")
-            return web.json_response({"Code": "Throttling", "Message": "too many calls"}, status=429)
+            return web.json_response({"Code": "Throttling", "Message": "too many calls"}, status=429,
+                                     headers=self._retry_after())
         if mode == "bad_key" or request.headers.get("Authorization") != f"Bearer {self.token}":
             self._reject("401")
             return web.json_response({"Code": "InvalidAccessKey", "Message": "unauthorized"}, status=401)
@@ -307,6 +360,14 @@ class VoiceSim(_Provider):
             return web.json_response({"Code": "InvalidParameter", "Message": "body is not JSON"}, status=400)
         self._accept(request, body, str(body.get("text", "")), await request.read())
         return web.json_response({"Code": "OK", "CallId": str(uuid.uuid4())})
+
+
+def _hostile_or(provider: _Provider):
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if provider.mode in HOSTILE_ANSWERS:
+            return await provider.hostile(request)
+        return await provider.handle(request)
+    return handle
 
 
 class ProviderSimulators:
@@ -349,10 +410,10 @@ class ProviderSimulators:
 
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=4 * 1024 * 1024)
-        app.add_routes([web.post("/v2/enqueue", self.pagerduty.handle),
-                        web.post("/services/{tail:.*}", self.slack.handle),
-                        web.post("/cgi-bin/webhook/send", self.wecom.handle),
-                        web.post("/voice/call", self.voice.handle)])
+        app.add_routes([web.post("/v2/enqueue", _hostile_or(self.pagerduty)),
+                        web.post("/services/{tail:.*}", _hostile_or(self.slack)),
+                        web.post("/cgi-bin/webhook/send", _hostile_or(self.wecom)),
+                        web.post("/voice/call", _hostile_or(self.voice))])
         return app
 
     def start(self) -> "ProviderSimulators":

@@ -17,8 +17,11 @@ import logging
 from typing import ClassVar, Iterable, Protocol
 
 import requests
+from urllib3.exceptions import InvalidHeader
+from urllib3.util.retry import Retry
 
 from inferwatch import redaction
+from inferwatch.notifier.channels.answer import Answer, DeadlineExceeded, bounded_session, post_within
 from inferwatch.notifier.channels.text import utf8_len  # noqa: F401 - re-exported for older imports
 from inferwatch.notifier.model import Notification
 
@@ -32,7 +35,7 @@ log = logging.getLogger(__name__)
 
 # Failure reasons form a closed set: they label metrics (dead letters) and must not grow with input.
 REASONS = (
-    "timeout",          # no answer within the channel's timeout (retryable)
+    "timeout",          # no complete answer within the channel's timeout, the whole send's deadline (retryable)
     "connection",       # refused / reset / DNS (retryable)
     "http_5xx",         # provider error (retryable)
     "rate_limited",     # HTTP 429 or a provider rate errcode such as WeCom 45009 (retryable)
@@ -122,8 +125,7 @@ class HttpChannel:
     def __init__(self, name: str, spec: ChannelSpec):
         self.name = name
         self.spec = spec
-        self.session = requests.Session()
-        self.session.headers["User-Agent"] = USER_AGENT
+        self.session = bounded_session(USER_AGENT)
         self.size_limit: int | None = None
         self.last_size = 0     # size of the last message rendered (what a "too long" answer refers to)
         self.last_budget = 0   # the size it was rendered within
@@ -160,13 +162,15 @@ class HttpChannel:
                                                   f"now rendering within {self.size_limit:,})")
 
     def post(self, url: str, body: dict | bytes, *, secrets: Iterable[str] = (),
-             headers: dict | None = None) -> tuple[requests.Response | None, DeliveryResult]:
-        """POST `body` (a dict is sent as compact UTF-8 JSON, see json_bytes); return (response,
-        classification). Exceptions become retryable results; every detail is redacted of `secrets`."""
+             headers: dict | None = None) -> tuple[Answer | None, DeliveryResult]:
+        """POST `body` (a dict is sent as compact UTF-8 JSON, see json_bytes); return (answer,
+        classification). The whole send (connect, request, answer) has the channel's `timeout` as its
+        deadline and at most MAX_ANSWER_BYTES of the answer is read (see answer.py). Exceptions become
+        retryable results; every detail is redacted of `secrets`."""
         data = json_bytes(body) if isinstance(body, dict) else body
         all_headers = {"Content-Type": "application/json; charset=utf-8", **(headers or {})}
         try:
-            resp = self.session.post(url, data=data, timeout=self.spec.timeout.seconds, headers=all_headers)
+            resp = post_within(self.session, url, data, all_headers, self.spec.timeout.seconds)
         except requests.RequestException as exc:
             return None, classify_exception(exc)
         result = classify_http(resp.status_code, resp.text, resp.headers.get("Retry-After"))
@@ -190,7 +194,7 @@ def classify_http(status: int, body: str = "", retry_after: str | None = None) -
     snippet = short(body)
     if 200 <= status < 300:
         return DeliveryResult.success(snippet)
-    after = _parse_retry_after(retry_after)
+    after = parse_retry_after(retry_after)
     if status == 429:
         return DeliveryResult.fail("rate_limited", f"HTTP 429 {snippet}", retryable=True, retry_after=after)
     if status == 408:
@@ -204,6 +208,8 @@ def classify_http(status: int, body: str = "", retry_after: str | None = None) -
 
 def classify_exception(exc: Exception) -> DeliveryResult:
     """A requests exception as a retryable failure (the message never includes the URL: it may hold a key)."""
+    if isinstance(exc, DeadlineExceeded):  # its message names the deadline, never the URL
+        return DeliveryResult.fail("timeout", f"{type(exc).__name__}: {exc}", retryable=True)
     if isinstance(exc, requests.Timeout):
         return DeliveryResult.fail("timeout", type(exc).__name__, retryable=True)
     return DeliveryResult.fail("connection", type(exc).__name__, retryable=True)
@@ -214,11 +220,20 @@ def too_long(result: DeliveryResult) -> DeliveryResult:
     return DeliveryResult.fail("too_long", result.detail, retryable=True)
 
 
-def _parse_retry_after(value: str | None) -> float | None:
+_RETRY_AFTER = Retry()  # only for its Retry-After parser
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds a `Retry-After` header asks to wait (RFC 9110 §10.2.3: delta-seconds or an HTTP-date; a date in
+    the past is 0), or None when absent or malformed (negative, fractional, words): our own backoff applies.
+    Parsed by urllib3's `Retry.parse_retry_after`. Not clamped here: the delivery worker clamps it to
+    `notifier.retry_max` and the row's `max_delivery_age`."""
+    if not value:
+        return None
     try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None  # an HTTP date: ignore, our own backoff applies
+        return float(_RETRY_AFTER.parse_retry_after(value))
+    except (InvalidHeader, ValueError, OverflowError):
+        return None
 
 
 # ------------------------------------------------------------------------------------------ redaction
