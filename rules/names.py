@@ -130,8 +130,9 @@ ALERTS: dict[str, AlertInfo] = {
     "GpuMemoryUsageCritical": _info("L1", _C, "GPU framebuffer memory is full.", SCRAPE + DCGM + MIG,
                                     SCRAPE + DEVICE),
     "GpuNvmlLost": _info("L1", _C, "The NVML library of a node is lost, none of its GPUs can be read.", SCRAPE),
-    "GpuLost": _info("L1", _C, "A GPU has fallen off the bus or cannot be read.", SCRAPE + DCGM + XID,
-                     SCRAPE + GPU_ID),
+    # One alert per GPU whichever branch fires (NVML `up` 0, XID 79, vanished series): reduced to these labels.
+    "GpuLost": _info("L1", _C, "A GPU has fallen off the bus or cannot be read.",
+                     SCRAPE + GPU_ID + ("Hostname", "hostname"), SCRAPE + GPU_ID),
     "GpuXidCritical": _info("L1", _C, "A GPU reported a critical XID error.", SCRAPE + DCGM + XID,
                             SCRAPE + GPU_ID),
     "GpuUncorrectableMemoryError": _info(
