@@ -49,15 +49,18 @@ def not_inferwatch(gpu: Selector, *others: str) -> str:
     return f"unless on (job, instance)\n({guards})" if others else f"unless on (job, instance)\n{guards}"
 
 
-def xid_events(gpu: Selector, xids: list[int], window: str) -> str:
+def xid_events(gpu: Selector, xids: list[int], window: str, excluded: tuple[int, ...] = ()) -> str:
     """XID events of the listed codes in the last `window`, from whichever counter the exporter has: the
     inferwatch counter (label xid), dcgm-exporter's windowed count (label xid), or dcgm-exporter's last-XID
     gauge changing to a listed code (no xid label; its value is the code). dcgm-exporter labels that gauge
     with the code itself (`err_code`, `err_msg`), so a new XID starts a new series: the change is taken per
-    GPU over those series (a subquery), not per series."""
+    GPU over those series (a subquery), not per series. `excluded`: codes of `xids` left to another alert
+    (written as `xid!~`, so the rule still shows the spec's whole list)."""
     codes = f'xid=~"{regex_alternation(sorted(xids))}"'
+    if excluded:
+        codes += f', xid!~"{regex_alternation(sorted(excluded))}"'
     last = f"max by ({XID_GAUGE_BY}) ({gpu('DCGM_FI_DEV_XID_ERRORS')})"
-    values = " or ".join(f"{last} == {x}" for x in sorted(xids))
+    values = " or ".join(f"{last} == {x}" for x in sorted(xids) if x not in excluded)
     return (f"increase({gpu('inferwatch_gpu_xid_errors_total', codes)}[{window}]) > 0\n"
             f"or\n{gpu('DCGM_EXP_XID_ERRORS_COUNT', codes)} > 0\n"
             f"or\n(\n  ({values})\n  and\n  changes(({last})[{window}:]) > 0\n"
@@ -139,11 +142,10 @@ def groups(spec: Spec) -> list[Group]:
               f"until the node is drained and the GPU reset or replaced."),
     ]
     # XIDs of a lost GPU are GpuLost's: one fault, one page.
-    critical = [x for x in l1.critical_xids if x not in LOST_XIDS]
-    if critical:
+    if set(l1.critical_xids) - set(LOST_XIDS):
         # The counters count every event; dcgm-exporter's gauge only holds the last XID and never goes back to
         # 0, so for it only a change to a critical code counts.
-        alerts.append(Alert("GpuXidCritical", xid_events(gpu, critical, window),
+        alerts.append(Alert("GpuXidCritical", xid_events(gpu, l1.critical_xids, window, excluded=LOST_XIDS),
                             l1.event_for, "critical",
                             f"{GPU} reported XID {{{{ with $labels.xid }}}}{{{{ . }}}}{{{{ else }}}}{{{{ $value }}}}"
                             f"{{{{ end }}}} in the last {window}."))

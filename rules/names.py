@@ -147,6 +147,9 @@ ALERTS: dict[str, AlertInfo] = {
     "TritonServerNotReady": _info("L2", _C, "A Triton server is live but not ready.", SCRAPE + ("triton",)),
     "TritonModelNotReady": _info("L2", _C, "A model version is not READY on a Triton server.",
                                  SCRAPE + MODEL_VERSION),
+    # A model the spec lists (spec `models`) that no Triton of the cluster lists while one answers: unloaded.
+    "TritonModelNotLoaded": _info("L2", _C, "A model the spec lists as served is loaded on no Triton server.",
+                                  ("model",)),
     "TritonModelErrorRatioHigh": _info("L2", _C, "A model fails too many inference requests.", MODEL_VERSION),
     "TritonDecoupledModelErrorRatioHigh": _info(
         "L2", _C, "A streaming model fails too many requests as clients see them.",
