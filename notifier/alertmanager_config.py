@@ -28,7 +28,9 @@ webhook and does routing by layer and delivery. Shape and semantics: Alertmanage
     - GpuNvmlLost (the node's NVML library is lost) inhibits GpuLost on the same node;
     - GpuLost and GpuNvmlLost inhibit the Triton server and model alerts of the same node, TritonServerDown
       those of the same Triton server (node and triton). LLM (L3) alerts are per tenant, model and tier
-      across gateways and carry no node: nothing at node scope can explain them, so nothing inhibits them.
+      across gateways and carry no node: nothing at node scope can explain them, so nothing inhibits them;
+    - TritonModelNotReady inhibits TritonServerNotReady of the same Triton (node and triton): with strict
+      readiness a model not READY is why the server is not ready, and the model alert says which and why.
 """
 
 from __future__ import annotations
@@ -136,6 +138,10 @@ def inhibit_rules(spec: Spec) -> list[dict]:
     rules.append(_inhibit([f'alertname=~"{_alternation(GPU_ROOTS)}"'],
                           [f'alertname=~"{_alternation(triton_alerts)}"'], ["node", *cluster]))
     rules.append(_inhibit([f'alertname="{TRITON_ROOT}"'], [f'alertname=~"{_alternation(triton_alerts)}"'],
+                          ["node", "triton", *cluster]))
+    # Strict readiness: a model that failed to load (or is loading) makes its Triton not ready. The model
+    # alert names the model and Triton's reason; the server alert says nothing more, so it is held back.
+    rules.append(_inhibit(['alertname="TritonModelNotReady"'], ['alertname="TritonServerNotReady"'],
                           ["node", "triton", *cluster]))
     return rules
 

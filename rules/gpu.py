@@ -29,11 +29,17 @@ MEMORY_RATIO = "gpu:DCGM_FI_DEV_FB_USED:ratio"
 # scrape label the generated configuration and the Kubernetes monitors add.
 HOST = "{{ or $labels.node $labels.Hostname $labels.hostname }}"
 GPU = "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) on node " + HOST
-XID_LOST = 79  # "GPU has fallen off the bus"
+# XIDs that mean the GPU is gone, which GpuLost reports (and GpuXidCritical leaves to it, so one fault pages
+# once): 79 "GPU has fallen off the bus" (NVIDIA "XID Errors", r555). The only such code in that catalogue.
+LOST_XIDS = (79,)
 # Labels a GPU's last XID is followed by: not err_code/err_msg (they change with the value) nor the pod's.
 XID_GAUGE_BY = "job, instance, node, gpu, UUID, Hostname, hostname, modelName"
 # Labels a vanished GPU is named by (dcgm-exporter: no per-GPU `up`); any of them may be absent.
 VANISHED_BY = "job, instance, node, gpu, UUID, Hostname, hostname"
+# Labels every branch of GpuLost is reduced to, so one lost GPU is one alert whichever branch fires first
+# (XID 79, then `up` 0): not `xid` (only the XID branch has it) nor the pod's (only `up` has them, and they go
+# with the pod); the runbook finds the pod from the GPU's DCGM_FI_* series by UUID.
+LOST_BY = VANISHED_BY
 
 
 def not_inferwatch(gpu: Selector, *others: str) -> str:
@@ -43,15 +49,18 @@ def not_inferwatch(gpu: Selector, *others: str) -> str:
     return f"unless on (job, instance)\n({guards})" if others else f"unless on (job, instance)\n{guards}"
 
 
-def xid_events(gpu: Selector, xids: list[int], window: str) -> str:
+def xid_events(gpu: Selector, xids: list[int], window: str, excluded: tuple[int, ...] = ()) -> str:
     """XID events of the listed codes in the last `window`, from whichever counter the exporter has: the
     inferwatch counter (label xid), dcgm-exporter's windowed count (label xid), or dcgm-exporter's last-XID
     gauge changing to a listed code (no xid label; its value is the code). dcgm-exporter labels that gauge
     with the code itself (`err_code`, `err_msg`), so a new XID starts a new series: the change is taken per
-    GPU over those series (a subquery), not per series."""
+    GPU over those series (a subquery), not per series. `excluded`: codes of `xids` left to another alert
+    (written as `xid!~`, so the rule still shows the spec's whole list)."""
     codes = f'xid=~"{regex_alternation(sorted(xids))}"'
+    if excluded:
+        codes += f', xid!~"{regex_alternation(sorted(excluded))}"'
     last = f"max by ({XID_GAUGE_BY}) ({gpu('DCGM_FI_DEV_XID_ERRORS')})"
-    values = " or ".join(f"{last} == {x}" for x in sorted(xids))
+    values = " or ".join(f"{last} == {x}" for x in sorted(xids) if x not in excluded)
     return (f"increase({gpu('inferwatch_gpu_xid_errors_total', codes)}[{window}]) > 0\n"
             f"or\n{gpu('DCGM_EXP_XID_ERRORS_COUNT', codes)} > 0\n"
             f"or\n(\n  ({values})\n  and\n  changes(({last})[{window}:]) > 0\n"
@@ -122,19 +131,25 @@ def groups(spec: Spec) -> list[Group]:
               f"The NVML library on node {HOST} (exporter {{{{ $labels.instance }}}}) is lost: "
               "the driver was unloaded, reloaded or no longer matches the library, so none of the node's "
               "GPUs can be read and their workloads are likely failing."),
-        # XID 79 = "GPU has fallen off the bus"; `up` 0 = NVML reports the device lost or unreadable.
+        # `up` 0 = NVML reports the device lost or unreadable; XID 79 = "GPU has fallen off the bus". Every
+        # branch is reduced to LOST_BY: the same labels for the same GPU, so XID 79 then `up` 0 stays one alert.
         Alert("GpuLost",
-              f"{gpu('inferwatch_gpu_up')} == 0\nor\n{xid_events(gpu, [XID_LOST], window)}\nor\n"
-              f"{vanished(gpu, str(l1.vanished_gpu_lookback), str(l1.for_))}",
+              f"max by ({LOST_BY}) (\n"
+              + indent(f"{gpu('inferwatch_gpu_up')} == 0\nor\n{xid_events(gpu, list(LOST_XIDS), window)}\nor\n"
+                       f"{vanished(gpu, str(l1.vanished_gpu_lookback), str(l1.for_))}") + "\n)",
               l1.event_for, "critical",
-              f"{GPU} is lost{{{{ with $labels.xid }}}} (XID {{{{ . }}}}){{{{ end }}}}: its workloads fail "
+              f"{GPU} is lost: its workloads fail "
               f"until the node is drained and the GPU reset or replaced."),
+    ]
+    # XIDs of a lost GPU are GpuLost's: one fault, one page.
+    if set(l1.critical_xids) - set(LOST_XIDS):
         # The counters count every event; dcgm-exporter's gauge only holds the last XID and never goes back to
         # 0, so for it only a change to a critical code counts.
-        Alert("GpuXidCritical", xid_events(gpu, l1.critical_xids, window),
-              l1.event_for, "critical",
-              f"{GPU} reported XID {{{{ with $labels.xid }}}}{{{{ . }}}}{{{{ else }}}}{{{{ $value }}}}{{{{ end }}}} "
-              f"in the last {window}."),
+        alerts.append(Alert("GpuXidCritical", xid_events(gpu, l1.critical_xids, window, excluded=LOST_XIDS),
+                            l1.event_for, "critical",
+                            f"{GPU} reported XID {{{{ with $labels.xid }}}}{{{{ . }}}}{{{{ else }}}}{{{{ $value }}}}"
+                            f"{{{{ end }}}} in the last {window}."))
+    alerts += [
         Alert("GpuUncorrectableMemoryError",
               f"{gpu('DCGM_FI_DEV_ROW_REMAP_FAILURE')} > 0\n"
               f"or\nincrease({gpu('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL')}[{window}]) > 0",

@@ -131,8 +131,9 @@ ALERTS: dict[str, AlertInfo] = {
     "GpuMemoryUsageCritical": _info("L1", _C, "GPU framebuffer memory is full.", SCRAPE + DCGM + MIG,
                                     SCRAPE + DEVICE),
     "GpuNvmlLost": _info("L1", _C, "The NVML library of a node is lost, none of its GPUs can be read.", SCRAPE),
-    "GpuLost": _info("L1", _C, "A GPU has fallen off the bus or cannot be read.", SCRAPE + DCGM + XID,
-                     SCRAPE + GPU_ID),
+    # One alert per GPU whichever branch fires (NVML `up` 0, XID 79, vanished series): reduced to these labels.
+    "GpuLost": _info("L1", _C, "A GPU has fallen off the bus or cannot be read.",
+                     SCRAPE + GPU_ID + ("Hostname", "hostname"), SCRAPE + GPU_ID),
     "GpuXidCritical": _info("L1", _C, "A GPU reported a critical XID error.", SCRAPE + DCGM + XID,
                             SCRAPE + GPU_ID),
     "GpuUncorrectableMemoryError": _info(
@@ -147,6 +148,9 @@ ALERTS: dict[str, AlertInfo] = {
     "TritonServerNotReady": _info("L2", _C, "A Triton server is live but not ready.", SCRAPE + ("triton",)),
     "TritonModelNotReady": _info("L2", _C, "A model version is not READY on a Triton server.",
                                  SCRAPE + MODEL_VERSION),
+    # A model the spec lists (spec `models`) that no Triton of the cluster lists while one answers: unloaded.
+    "TritonModelNotLoaded": _info("L2", _C, "A model the spec lists as served is loaded on no Triton server.",
+                                  ("model",)),
     "TritonModelErrorRatioHigh": _info("L2", _C, "A model fails too many inference requests.", MODEL_VERSION),
     "TritonDecoupledModelErrorRatioHigh": _info(
         "L2", _C, "A streaming model fails too many requests as clients see them.",

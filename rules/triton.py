@@ -25,9 +25,11 @@ from inferwatch.rules.builders import (
     absent_targets,
     by,
     exporter_down,
+    indent,
     num,
     over_threshold_by_model,
     ratio,
+    regex_alternation,
     with_min_rate,
 )
 from inferwatch.rules.llm import CANCELLED as LLM_CANCELLED
@@ -53,6 +55,8 @@ STEP_PER_REQUEST = "parent_model:nv_inference_step_requests:per_parent_request"
 GATEWAY_REQUESTS = "model:gateway_requests:rate"
 GATEWAY_ERRORS = "model:gateway_requests_errors:ratio"
 GATEWAY_CANCELLED = "model:gateway_requests_cancelled:ratio"
+# Triton's reason in an annotation, at most this many characters (the collector caps the label at 200 too).
+REASON_CHARS = 200
 MODEL = "{{ $labels.model }} version {{ $labels.version }} on {{ $labels.triton }} (node {{ $labels.node }})"
 
 
@@ -183,6 +187,31 @@ def _in_cluster(spec: Spec) -> tuple[str, str]:
     return f"{spec.cluster.label}=%q", f" $labels.{spec.cluster.label}"
 
 
+def not_loaded(spec: Spec, src: Sources) -> list[Alert]:
+    """TritonModelNotLoaded: a model the spec lists as served (spec `models`) that no Triton of the cluster
+    lists at all while at least one answers. The collector leaves out versions Triton reports UNAVAILABLE with
+    reason "unloaded" (an explicit unload) and models it never loaded, so their series are gone and
+    TritonModelNotReady cannot see them; a model Triton still lists but not READY (a failed load) is
+    TritonModelNotReady's, so one fault pages once. A model the spec does not list may be unloaded silently.
+    Labels: `model` (and the cluster's). No alert when the spec lists no model or every Triton is down
+    (TritonServerDown)."""
+    if not spec.models:
+        return []
+    answering = f"group by () ({src.collector('inferwatch_triton_up')} == 1)"
+    listed = "\nor\n".join(f'label_replace({answering}, "model", "{go_string(m)}", "", "")' for m in spec.models)
+    names = f'model=~"{go_string(regex_alternation(spec.models))}"'
+    known = f'group by (model) ({src.collector("inferwatch_triton_model_ready", names)})'
+    cluster, cluster_arg = _in_cluster(spec)
+    rate = go_string(f"sum({GATEWAY_REQUESTS}{{{','.join(m for m in (cluster, 'model=%q') if m)}}}) > 0")
+    return [Alert("TritonModelNotLoaded", f"(\n{indent(listed)}\n)\nunless on (model)\n{known}",
+                  spec.layers.L2.for_, "critical",
+                  "Model {{ $labels.model }} is in the spec's served models but no Triton has it loaded "
+                  "(unloaded, or never loaded): every request to it fails with \"unknown model\"."
+                  f'{{{{ with printf "{rate}"{cluster_arg} $labels.model | query }}}}{{{{ range . }}}} '
+                  "Clients still send {{ .Value | printf \"%.3g\" }} req/s to it through the gateway."
+                  "{{ end }}{{ end }}")]
+
+
 def groups(spec: Spec) -> list[Group]:
     l2 = spec.layers.L2
     src = Sources.of(spec)
@@ -192,6 +221,8 @@ def groups(spec: Spec) -> list[Group]:
     state = _template_query(src.collector, "inferwatch_triton_model_state", cluster, "triton=%q", "model=%q",
                             "version=%q")
     step = _template_query(src.collector, "inferwatch_triton_model_step_info", cluster, "triton=%q", "model=%q")
+    reason = _template_query(src.collector, "inferwatch_triton_model_state_reason_info", cluster, "triton=%q",
+                             "model=%q", "version=%q")
     failure = ",".join(m for m in (cluster, "triton=%q", "model=%q", "version=%q") if m)
     reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{{failure}}} > 0)"{cluster_arg} '
                f'$labels.triton $labels.model $labels.version | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
@@ -216,7 +247,13 @@ def groups(spec: Spec) -> list[Group]:
               f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}"
               f'{{{{ with printf "{step}"{cluster_arg} '
               f"$labels.triton $labels.model | query }}}}{{{{ range . }}}}, a step of {{{{ .Labels.kind }}}} "
-              f"{{{{ .Labels.parent }}}}{{{{ end }}}}{{{{ end }}}}: its requests fail."),
+              f"{{{{ .Labels.parent }}}}{{{{ end }}}}{{{{ end }}}}"
+              f'{{{{ with printf "{reason}"{cluster_arg} '
+              f"$labels.triton $labels.model $labels.version | query }}}}{{{{ range . }}}}; Triton's reason: "
+              f'{{{{ reReplaceAll "(?s)^(.{{{REASON_CHARS}}}).+$" "${{1}}…" .Labels.reason }}}}'
+              f"{{{{ end }}}}{{{{ end }}}}"
+              f": its requests fail."),
+        *not_loaded(spec, src),
         Alert("TritonModelErrorRatioHigh",
               with_min_rate(over_threshold_by_model(ERROR_RATIO, l2.error_ratio, _overrides(spec, "error_ratio")),
                             REQUESTS, l2.min_request_rate, MODEL_VERSION)

@@ -90,3 +90,36 @@ def test_cluster_and_selector_labels_only_where_the_spec_gives_them(tmp_path, ca
     code, text = check(tmp_path, capsys, [{"receivers": ["phone"], **route}], **extra)
     assert code == 2, text
     assert f"{field}: " in text and words in text, text
+
+
+# A route's matchers are a conjunction: some alert must carry ALL of them at once. Selector labels belong to
+# the alerts reading that source: layer=L3 alerts never carry the Triton or GPU selector's labels.
+USER_SELECTORS = {"selectors": {"triton": 'namespace="triton", service="web-chat"',
+                                "gpu": 'namespace="gpu-operator", service="nvidia-dcgm-exporter"'}}
+
+
+@pytest.mark.parametrize("route, ok, words", [
+    # the user's two routes: accepted before, their L3 alerts fell to the catch-all
+    ({"match": {"layer": "L3", "service": "web-chat"}}, False,
+     ["routes[0].match: ", "no alert with layer=L3 carries service=web-chat",
+      "alerts that can carry service=web-chat: TritonServerDown"]),
+    ({"match": {"layer": "L3", "namespace": "prod"}}, False,
+     ["routes[0].match: ", "no alert with layer=L3 carries namespace=prod"]),
+    # the Triton selector's value only: namespace=prod is no Triton alert's
+    ({"match": {"layer": "L2", "namespace": "prod"}}, False, ["no alert with layer=L2 carries namespace=prod"]),
+    # valid: a selector label with its value on the layer reading that source
+    ({"match": {"layer": "L2", "namespace": "triton"}}, True, []),
+    ({"match": {"layer": "L1", "service": "nvidia-dcgm-exporter"}}, True, []),
+    # a pod's namespace on a GPU alert takes any value
+    ({"match": {"layer": "L1", "namespace": "prod"}}, True, []),
+    # the cluster label, on every alert
+    ({"match": {"layer": "L3", "cluster": "prod-a"}}, True, []),
+    # a tenant typo is still named as such
+    ({"match": {"layer": "L3", "tenant": "acmee"}}, False, ["routes[0].match.tenant: ", "did you mean 'acme'?"]),
+])
+def test_route_matchers_must_fit_one_alert_at_once(tmp_path, capsys, route, ok, words):
+    code, text = check(tmp_path, capsys, [{"receivers": ["phone"], **route}], tenants=["acme"],
+                       cluster={"name": "prod-a"}, **USER_SELECTORS)
+    assert code == (0 if ok else 2), text
+    for w in words:
+        assert w in text, text

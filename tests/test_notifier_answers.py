@@ -9,7 +9,6 @@ answers each way (inferwatch/testing/channels.py, modes "hang", "trickle", "tric
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from inferwatch.notifier.channels.answer import MAX_ANSWER_BYTES
 from inferwatch.notifier.model import Notification, message_from_dict
 from inferwatch.spec import spec_from_dict
 from inferwatch.testing.channels import ProviderSimulators
-
 from notifier_support import AUTH, PROVIDER_OF, notifier_process, reset_sims, simulators, spec_data, wait_for, webhook  # noqa: F401
 
 DEADLINE_S = 1.0

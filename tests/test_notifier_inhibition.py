@@ -147,6 +147,13 @@ TABLE = [
     ([alert("TritonServerNotReady", "L2", "critical", node="n15", triton="t15"),
       alert("TritonDecoupledModelErrorRatioHigh", "L2", "critical", node="n15", triton="t15", model="m",
             source="gateway")], {1: False}),
+    # A model that failed to load makes its Triton not ready (strict readiness): the model alert, which names
+    # the model and Triton's reason, holds back the server's; never another Triton's, never without node.
+    ([alert("TritonModelNotReady", "L2", "critical", node="n16", triton="t16", model="m", version="1"),
+      alert("TritonServerNotReady", "L2", "critical", node="n16", triton="t16"),
+      alert("TritonServerNotReady", "L2", "critical", node="n16", triton="t16b")], {0: False, 1: True, 2: False}),
+    ([alert("TritonModelNotReady", "L2", "critical", triton="t17", model="m", version="1"),
+      alert("TritonServerNotReady", "L2", "critical", triton="t17")], {1: False}),
 ]
 
 

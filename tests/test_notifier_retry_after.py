@@ -20,7 +20,6 @@ import requests
 from inferwatch.notifier.channels.base import classify_http
 from inferwatch.notifier.service import NotifierService
 from inferwatch.testing.channels import ProviderSimulators
-
 from notifier_support import AUTH, make_spec, wait_for, webhook
 
 RETRY_MAX_S = 4.0

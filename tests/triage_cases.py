@@ -53,6 +53,8 @@ CONDITION = {
     "TritonServerNotReady": Condition({"node": "node-a", "triton": "triton-a"}, {"server_ready": 0},
                                       {"server_ready": 1}),
     "TritonModelNotReady": Condition(MODEL, {"model_ready": 0}, {"model_ready": 1}),
+    "TritonModelNotLoaded": Condition({"model": "llm"}, {"ready_versions": 0, "tritons_up": 2},
+                                      {"ready_versions": 1}),
     "TritonModelErrorRatioHigh": Condition(MODEL, {"error_ratio": 0.3, "request_rate": 10},
                                            {"error_ratio": 0.001}),
     # model "classifier" has its own queue threshold (250 ms) in inferwatch.yaml: 300 ms is above it.
@@ -165,6 +167,10 @@ FINDINGS = {
                                                  "ready_versions_on_node": 5}, {"gpu_memory_used_ratio": 0.4}),
     ("TritonModelNotReady", "load-failure"): F({"unavailable": 1}, {"unavailable": 0}),
     ("TritonModelNotReady", "still-loading"): F({"loading": 1}, {"loading": 0}),
+    # the user's case: unloaded while clients still send 3 req/s
+    ("TritonModelNotLoaded", "unloaded-recently"): F({"listed_last_hour": 1, "client_request_rate": 3},
+                                                     {"listed_last_hour": 0}),
+    ("TritonModelNotLoaded", "never-loaded"): F({"listed_last_hour": 0}, {"listed_last_hour": 1}),
     ("TritonModelErrorRatioHigh", "capacity-rejections"): F({"rejected_per_second": 3, "failures_per_second": 3},
                                                             {"rejected_per_second": 0.5}),
     # the version became READY 4 min before the fault; within `for` (5m) + 2 rate windows (10m) of it

@@ -180,7 +180,7 @@ def post_within(session: requests.Session, url: str, data: bytes, headers: dict,
         if deadline.expired:
             raise DeadlineExceeded(f"no complete answer within {deadline_s:g}s") from None
         raise
-    except Exception as exc:  # urllib3/http.client errors while reading the streamed body
+    except Exception as exc:  # noqa: BLE001 - urllib3/http.client errors while reading the body, re-raised as one
         if deadline.expired:
             raise DeadlineExceeded(f"no complete answer within {deadline_s:g}s") from None
         raise requests.ConnectionError(type(exc).__name__) from None
