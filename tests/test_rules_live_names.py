@@ -196,9 +196,11 @@ def test_generated_config_and_rules_run_in_prometheus_without_failures(live, tri
                                                            "inferwatch-notifier": "notifier"}[j] in live}
     prom.wait_for('count(up == 1)', timeout=60,
                   predicate=lambda r: int(float(r[0]["value"][1])) == len(expected_jobs))
-    up = prom.query("up")
-    # The alerting path's own jobs scrape an Alertmanager and a Prometheus this test does not run (up 0).
-    assert {s["metric"]["job"] for s in up} == expected_jobs | {"inferwatch-alertmanager", "inferwatch-prometheus"}
+    # The alerting path's own jobs scrape an Alertmanager and a Prometheus this test does not run (up 0); their
+    # first scrape may come a little after the others'.
+    all_jobs = expected_jobs | {"inferwatch-alertmanager", "inferwatch-prometheus"}
+    up = prom.wait_for("up", timeout=60, predicate=lambda r: {s["metric"]["job"] for s in r} >= all_jobs)
+    assert {s["metric"]["job"] for s in up} == all_jobs
     assert all(s["metric"].get("node") for s in up)
     for _ in range(5):
         infer_classifier(triton.url, batch=2)
