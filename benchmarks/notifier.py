@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import psutil
 import requests
 import yaml
 
@@ -196,15 +197,19 @@ def _delivered(outbox: Path, sent: dict[str, float]) -> dict[str, float] | None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` and its live children (the send processes), from /proc."""
+    """User + system CPU time of process `pid` and its live children (the send processes)."""
     total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    try:
+        parent = psutil.Process(pid)
+        processes = [parent, *parent.children()]
+    except psutil.Error:
+        return total
+    for process in processes:
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            times = process.cpu_times()
+        except psutil.Error:  # a child that exited meanwhile
             continue
-        if stat.parent.name == str(pid) or fields[1] == str(pid):  # fields[1]: parent pid
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total += times.user + times.system
     return total
 
 

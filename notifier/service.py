@@ -266,15 +266,22 @@ class NotifierService:
                       message.group_key[:200])
         return web.json_response({"status": "stale", "deliveries": 0})
 
+    async def _peer_items(self, request: web.Request) -> tuple[list[tuple[str, str]], web.Response | None]:
+        """The (delivery key, channel) pairs a peer's request names (at most 100,000), or the answer refusing
+        the request: 401 without the right credentials, 400 for a body that is not {items: [[key, channel]]}."""
+        if not self._authorized(request):
+            return [], self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
+        try:
+            return [(str(k), str(c)) for k, c in (await request.json())["items"]][:100_000], None
+        except (ValueError, KeyError, TypeError):
+            return [], web.json_response({"error": "expected {items: [[delivery_key, channel], ...]}"}, status=400)
+
     async def handle_peer_delivered(self, request: web.Request) -> web.Response:
         """For a restarted peer: of its recovered (delivery key, channel) pairs, when this replica accepted each
         and whether it delivered it (replicas.py)."""
-        if not self._authorized(request):
-            return self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
-        try:
-            items = [(str(k), str(c)) for k, c in (await request.json())["items"]][:100_000]
-        except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": "expected {items: [[delivery_key, channel], ...]}"}, status=400)
+        items, refusal = await self._peer_items(request)
+        if refusal is not None:
+            return refusal
         try:
             statuses = await asyncio.get_running_loop().run_in_executor(None, self.outbox.peer_status, items)
         except sqlite3.Error:
@@ -284,12 +291,9 @@ class NotifierService:
     async def handle_peer_release(self, request: web.Request) -> web.Response:
         """For a restarted peer that accepted these (delivery key, channel) pairs first and sends them: leave
         this replica's pending copies out (replicas.py)."""
-        if not self._authorized(request):
-            return self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
-        try:
-            items = [(str(k), str(c)) for k, c in (await request.json())["items"]][:100_000]
-        except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": "expected {items: [[delivery_key, channel], ...]}"}, status=400)
+        items, refusal = await self._peer_items(request)
+        if refusal is not None:
+            return refusal
         try:
             released = await asyncio.get_running_loop().run_in_executor(None, self.outbox.release, items)
         except OutboxError:

@@ -1,5 +1,5 @@
 """Connection-exhaustion attacks for the servers' tests (notifier intake, GPU exporter, Triton collector), and
-readings of the attacked process (threads, descriptors) from /proc.
+readings of the attacked process (threads, descriptors) through psutil.
 
 IdleAttack holds `n` idle TCP connections open and reopens each one the server closes (a client that keeps
 coming back); SlowLoris holds connections that send a request head one header line a second and never
@@ -9,7 +9,6 @@ raise them."""
 from __future__ import annotations
 
 import contextlib
-import os
 import resource
 import selectors
 import socket
@@ -18,6 +17,7 @@ import threading
 import time
 from typing import Callable
 
+import psutil
 import requests
 
 FD_LIMIT = 1024
@@ -28,10 +28,9 @@ def fd_limit() -> None:
 
 
 def threads_and_fds(pid: int) -> tuple[int, int]:
-    """(threads, open file descriptors) of process `pid` now."""
-    with open(f"/proc/{pid}/status") as f:
-        threads = next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
-    return threads, len(os.listdir(f"/proc/{pid}/fd"))
+    """(threads, open file descriptors) of process `pid` now; psutil.NoSuchProcess once it has exited."""
+    process = psutil.Process(pid)
+    return process.num_threads(), process.num_fds()
 
 
 class Sampler:
@@ -47,7 +46,7 @@ class Sampler:
         while not self._stop.is_set():
             try:
                 threads, fds = threads_and_fds(self.pid)
-            except (OSError, StopIteration):
+            except psutil.Error:
                 return
             self.max_threads, self.max_fds = max(self.max_threads, threads), max(self.max_fds, fds)
             self._stop.wait(self.interval_s)

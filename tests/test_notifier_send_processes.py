@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
+import psutil
 import pytest
 import requests
 import yaml
@@ -50,14 +50,10 @@ def test_sends_in_processes_reach_every_channel_and_survive_a_killed_process(sim
 
 
 def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if stat.read_text().rsplit(")", 1)[1].split()[1] == str(pid):
-                out.append(int(stat.parent.name))
-        except OSError:
-            pass
-    return out
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def test_send_processes_leave_with_a_sigkilled_notifier(sims, tmp_path):
@@ -79,6 +75,6 @@ def test_send_processes_leave_with_a_sigkilled_notifier(sims, tmp_path):
 def _running(pid: int) -> bool:
     """Alive and not a zombie (an exited child waits for its new parent to reap it)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False

@@ -29,17 +29,15 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from inferwatch.connections import log_accept_errors, raise_fd_limit
+from inferwatch.connections import ACCEPT_BACKLOG, SWEEP_INTERVAL_S, log_accept_errors, raise_fd_limit
 from inferwatch.ratelog import ConditionLog
 
 log = logging.getLogger(__name__)
 
-ACCEPT_BACKLOG = 128
 # Descriptors kept free besides two per capped connection: an accept burst (up to the backlog per wake-up,
 # each closed at once above the cap), the lean upstream client's idle connections (upstream.py
 # MAX_IDLE_CONNECTIONS) and the process's own (logs, /metrics, its render's pipes, the loop).
 FD_RESERVE = ACCEPT_BACKLOG + 256 + 64
-SWEEP_INTERVAL_S = 1.0
 CLOSE_REASONS = ("header_timeout", "body_timeout", "idle_timeout", "send_timeout", "connection_cap")
 
 
