@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from inferwatch.rules.builders import by, exporter_down, indent, le_matcher, num, or_zero, ratio
 from inferwatch.rules.model import Alert, Group, Recording
-from inferwatch.selectors import Selector, go_string
+from inferwatch.selectors import Selector
 from inferwatch.spec import Duration, Spec
 
 TMT = ("tenant", "model", "tier")
@@ -22,6 +22,10 @@ REQUESTS = "tenant_model_tier:gateway_requests:rate"
 TOKENS = "tenant_model_tier_type:gateway_tokens:rate"
 CANCELLED = "tenant_model_tier:gateway_requests_cancelled:ratio"
 ERROR_RATIO = "tenant_model_tier:gateway_requests_errors:ratio"
+# Rates, recorded once, that the ratios above, the SLO's per-tier errors and the per-model gateway ratios
+# (rules/triton.py) sum, so no rule multiplies a ratio back into a rate over every tenant's series.
+ERROR_RATE = "tenant_model_tier:gateway_requests_errors:rate"
+CANCELLED_RATE = "tenant_model_tier:gateway_requests_cancelled:rate"
 MT_BY = by(("model", "tier"))
 SLO_REQUESTS = "tier_slo_window:gateway_requests:rate"
 SLO_ERRORS = "tier_slo_window:gateway_requests_errors:ratio"
@@ -44,8 +48,7 @@ def ttft_p95_over_target(spec: Spec, tier_name: str, keep: str, window: str) -> 
     target T a bucket edge, histogram_quantile(0.95) > T exactly when fewer than 95 % of the observations
     are <= T, i.e. rate(bucket{le=T}) / rate(bucket{le="+Inf"}) < 0.95. That reads two of the ~30 bucket
     series per tenant, model and tier instead of all of them at every evaluation (benchmarks/rules_eval.py:
-    rating every bucket was the costliest rule); the P95 itself is computed for the description only, for
-    the alert's own series."""
+    rating every bucket was the costliest rule). The expression's value is that share (< 0.95)."""
     gateway = spec.selectors.of("gateway")
     tier = spec.tiers[tier_name]
     sel = f'tier="{tier_name}"'
@@ -56,35 +59,25 @@ def ttft_p95_over_target(spec: Spec, tier_name: str, keep: str, window: str) -> 
     return f"(\n{indent(fraction)}\n) < 0.95"
 
 
-def ttft_p95_text(spec: Spec, keep: tuple[str, ...], window: str) -> str:
-    """The alert's TTFT P95 in its description: a query (at notification time, for this alert's series only)
-    over the gateway's buckets of the alert's tenant (where judged per tenant), model and tier."""
-    gateway = spec.selectors.of("gateway")
-    labels = ([spec.cluster.label] if spec.cluster.enabled else []) + list(keep)
-    matchers = [f"{label}=%q" for label in labels]
-    bucket = go_string(gateway("gateway_time_to_first_token_seconds_bucket", *matchers))
-    args = " ".join(f"$labels.{label}" for label in labels)
-    return (f'{{{{ with printf "histogram_quantile(0.95, sum by (le) (rate({bucket}[{window}])))" {args} | query }}}}'
-            f"{{{{ . | first | value | humanizeDuration }}}}{{{{ end }}}}")
-
-
 def recording_rules(gateway: Selector, window: str) -> list[Recording]:
+    """Requests/s per tenant, model and tier, the error and cancellation rates and ratios. Each rule after the
+    first reads the rates recorded before it in the same evaluation, so the gateway's counters are rated once.
+    The per-tenant output-length mean is not recorded: nothing reads it, and the dashboard draws output length
+    from the histogram over its own range."""
     requests = gateway("gateway_requests_total")
-    rules = [
-        Recording(TOKENS, f"sum by ({TMT_BY}, type) (rate({gateway('gateway_tokens_total')}[{window}]))"),
-        Recording("tenant_model_tier:gateway_output_tokens:avg",
-                  ratio(f"sum by ({TMT_BY}) (rate({gateway('gateway_output_tokens_sum')}[{window}]))",
-                        f"sum by ({TMT_BY}) (rate({gateway('gateway_output_tokens_count')}[{window}]))", TMT)),
+    return [
         Recording(REQUESTS, f"sum by ({TMT_BY}) (rate({requests}[{window}]))"),
-        Recording(ERROR_RATIO,
-                  _ratio_or_zero(f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total', ERRORS)}[{window}]))",
-                                 REQUESTS, TMT)),
-        Recording(CANCELLED,
-                  _ratio_or_zero(f"sum by ({TMT_BY}) "
-                                 f"(rate({gateway('gateway_requests_total', CANCELLED_OUTCOME)}[{window}]))",
-                                 REQUESTS, TMT)),
+        Recording(ERROR_RATE, f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total', ERRORS)}[{window}]))"),
+        Recording(CANCELLED_RATE,
+                  f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total', CANCELLED_OUTCOME)}[{window}]))"),
+        Recording(ERROR_RATIO, _ratio_or_zero(ERROR_RATE, REQUESTS, TMT)),
+        Recording(CANCELLED, _ratio_or_zero(CANCELLED_RATE, REQUESTS, TMT)),
     ]
-    return rules
+
+
+def token_recording_rules(gateway: Selector, window: str) -> list[Recording]:
+    """Tokens/s per tenant, model, tier and type (its own group: it shares no series with the request rules)."""
+    return [Recording(TOKENS, f"sum by ({TMT_BY}, type) (rate({gateway('gateway_tokens_total')}[{window}]))")]
 
 
 def slo_windows(spec: Spec) -> list[Duration]:
@@ -108,7 +101,7 @@ def slo_recording_rules(spec: Spec) -> list[Recording]:
         # The per tenant, model and tier rates over the same window are recorded already (inferwatch-llm.rules,
         # read as of its last evaluation): summing those reads 1/3 of the series the counters would.
         requests = f"sum by (tier) ({REQUESTS})"
-        errors = f"sum by (tier) ({ERROR_RATIO} * on ({TMT_BY}) {REQUESTS})"
+        errors = f"sum by (tier) ({ERROR_RATE})"
     else:
         requests = f"sum by (tier) (rate({gateway('gateway_requests_total')}[{base}]))"
         errors = f"sum by (tier) (rate({gateway('gateway_requests_total', ERRORS)}[{base}]))"
@@ -177,17 +170,25 @@ def groups(spec: Spec) -> list[Group]:
     guard = f"and on ({TMT_BY})\n{REQUESTS} > {num(l3.min_request_rate)}"
     ttft_alerts = []
     for tier_name, tier in spec.tiers.items():
+        # Each tier's guard reads that tier's request rates only.
+        tier_requests = f'{REQUESTS}{{tier="{tier_name}"}}'
         if tier.per_tenant_quantiles:
-            keep, who = TMT, WHO
-            judged = f"{ttft_p95_over_target(spec, tier_name, TMT_BY, window)}\n{guard}"
+            who = WHO
+            judged = (f"{ttft_p95_over_target(spec, tier_name, TMT_BY, window)}\nand on ({TMT_BY})\n"
+                      f"{tier_requests} > {num(l3.min_request_rate)}")
         else:
-            keep, who = ("model", "tier"), "model {{ $labels.model }}, tier {{ $labels.tier }} (every tenant)"
+            who = "model {{ $labels.model }}, tier {{ $labels.tier }} (every tenant)"
             judged = (f"{ttft_p95_over_target(spec, tier_name, MT_BY, window)}\nand on ({MT_BY})\n"
-                      f"sum by ({MT_BY}) ({REQUESTS}) > {num(l3.min_request_rate)}")
+                      f"sum by ({MT_BY}) ({tier_requests}) > {num(l3.min_request_rate)}")
+        target = num(tier.ttft_p95_seconds)
+        # The value is the exact share of first tokens within the target (no quantile estimate, and no query
+        # in the description: annotations are expanded at every evaluation of every active alert, which in an
+        # alert storm cost more than the rules themselves; benchmarks/rules_eval.py).
         ttft_alerts.append(Alert(
             "LlmTtftP95High", judged, l3.for_, "warning",
-            f"Time to first token P95 for {who} is {ttft_p95_text(spec, keep, window)} over {window} "
-            f"(target {num(tier.ttft_p95_seconds)} s).", labels={"tier": tier_name}))
+            f"Time to first token P95 for {who} is above the tier's target of {target} s: "
+            f"{{{{ $value | humanizePercentage }}}} of first tokens came within {target} s over {window}, "
+            f"95% must.", labels={"tier": tier_name}))
     base = f'{TOKENS}{{type="output"}}'
     offset = str(l3.throughput_baseline_offset)
     baseline = f"sum by (model, tier) ({base} offset {offset})"
@@ -214,6 +215,7 @@ def groups(spec: Spec) -> list[Group]:
     # histograms over their own range. Rating every bucket of every tenant, model and tier at each evaluation
     # was the costliest part of the rules (benchmarks/rules_eval.py).
     return [Group("inferwatch-llm.rules", recording_rules(gateway, window)),
+            Group("inferwatch-llm-tokens.rules", token_recording_rules(gateway, window)),
             Group("inferwatch-llm-slo.rules", slo_recording_rules(spec)),
             Group("inferwatch-llm-ttft.alerts", ttft_alerts),
             Group("inferwatch-llm.alerts", alerts),

@@ -61,9 +61,10 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     # L3 (gateway; labels tenant, model, tier) ------------------------------------------------------------
     "tenant_model_tier_type:gateway_tokens:rate": (
         ("tenant", "model", "tier", "type"), "tokens/s metered, type=input|output (output = output tokens/s)"),
-    "tenant_model_tier:gateway_output_tokens:avg": (
-        ("tenant", "model", "tier"), "average output length per successful request, tokens"),
     "tenant_model_tier:gateway_requests:rate": (("tenant", "model", "tier"), "requests/s, every outcome"),
+    "tenant_model_tier:gateway_requests_errors:rate": (
+        ("tenant", "model", "tier"), "error|timeout requests/s (client 4xx except 429 excluded); no series where none failed (the ratio is 0)"),
+    "tenant_model_tier:gateway_requests_cancelled:rate": (("tenant", "model", "tier"), "cancelled requests/s"),
     "tenant_model_tier:gateway_requests_errors:ratio": (
         ("tenant", "model", "tier"), "error|timeout outcomes / all requests (client 4xx except 429 excluded)"),
     "tenant_model_tier:gateway_requests_cancelled:ratio": (

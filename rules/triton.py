@@ -27,13 +27,14 @@ from inferwatch.rules.builders import (
     exporter_down,
     indent,
     num,
+    or_zero,
     over_threshold_by_model,
     ratio,
     regex_alternation,
     with_min_rate,
 )
-from inferwatch.rules.llm import CANCELLED as LLM_CANCELLED
-from inferwatch.rules.llm import ERROR_RATIO as LLM_ERROR_RATIO
+from inferwatch.rules.llm import CANCELLED_RATE as LLM_CANCELLED_RATE
+from inferwatch.rules.llm import ERROR_RATE as LLM_ERROR_RATE
 from inferwatch.rules.llm import REQUESTS as LLM_REQUESTS
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector, go_string
@@ -94,13 +95,13 @@ class Sources:
         return f"sum by ({keep}) (rate({self.triton(metric)}[{window}]))"
 
 
-def _gateway_ratio(per_tenant_ratio: str) -> str:
-    """A model's ratio at the gateway from the recorded per tenant, model and tier ratio and request rate
-    (inferwatch-llm.rules, same window; read as of its last evaluation, so the gateway's counters are rated
-    once): sum of ratio x requests over the model's requests. A tenant without requests in the window has no
-    ratio and adds nothing; the `> 0` guard records nothing (not NaN) for a model without requests."""
-    return (f"sum by (model) ({per_tenant_ratio} * on (tenant, model, tier) {LLM_REQUESTS})\n"
-            f"/\n({GATEWAY_REQUESTS} > 0)")
+def _gateway_ratio(per_tenant_rate: str) -> str:
+    """A model's ratio at the gateway from the recorded per tenant, model and tier rate (inferwatch-llm.rules,
+    same window; read as of its last evaluation, so the gateway's counters are rated once): the model's sum of
+    it over the model's requests; 0 for a model with requests and no such series, and no sample (not NaN) for
+    a model without requests."""
+    return ratio(or_zero(f"sum by (model) ({per_tenant_rate})", GATEWAY_REQUESTS, ("model",)), GATEWAY_REQUESTS,
+                 ("model",))
 
 
 def ensemble_rules(src: Sources, window: str) -> list[Recording]:
@@ -110,8 +111,8 @@ def ensemble_rules(src: Sources, window: str) -> list[Recording]:
     return [
         Recording(ENTRY_REQUESTS, f"sum by ({entry_mv}) ({REQUESTS})\nunless on (triton, model)\n{src.steps}"),
         Recording(GATEWAY_REQUESTS, f"sum by (model) ({LLM_REQUESTS})"),
-        Recording(GATEWAY_ERRORS, _gateway_ratio(LLM_ERROR_RATIO)),
-        Recording(GATEWAY_CANCELLED, _gateway_ratio(LLM_CANCELLED)),
+        Recording(GATEWAY_ERRORS, _gateway_ratio(LLM_ERROR_RATE)),
+        Recording(GATEWAY_CANCELLED, _gateway_ratio(LLM_CANCELLED_RATE)),
         # Decoupled entry points the gateway meters: errors as clients saw them (mid-stream errors included).
         Recording(ENTRY_ERROR_RATIO,
                   f"(\n  max by ({entry_mv}) ({decoupled} == 1) * 0\n"

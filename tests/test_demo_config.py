@@ -3,6 +3,7 @@ generated from it, and the delivery-time bounds the scenario test uses."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from inferwatch.demo.config import DEMO_SPEC, SIM_GPU_NODE, prepare
@@ -123,6 +124,30 @@ def test_summary_names_each_tenants_message_and_resolution():
     text = out.getvalue()
     assert "acme 18.1 s" in text and "globex 21.1 s" in text
     assert "acme 25.4 s" in text and "globex —" in text
+
+
+@pytest.mark.parametrize(("sent", "shown"), [
+    ({"critical"}, "(critical)"),                       # only the page fired: warning is not claimed
+    ({"warning"}, "(warning)"),
+    ({"critical", "warning"}, "(critical, warning)"),
+    (set(), "(critical, warning)"),                     # title without a severity: what the alert can have
+])
+def test_summary_names_the_severities_a_companion_was_sent_with(sent, shown):
+    from inferwatch.demo.faults import Fault
+    from inferwatch.demo.observe import Delivery
+    from inferwatch.demo.scenario import Bounds, FaultOutcome, ScenarioResult
+
+    reporter, out = _reporter(160)
+    group = "toy_llm acme realtime warning"
+    o = FaultOutcome(Fault("ttft", "slow first tokens", "L3", "LlmTtftP95High", ""), ["llm-owners-wecom"],
+                     injected_at=100.0, fired_at=114.0)
+    o.delivered = Delivery(118.0, "wecom", "llm-owners-wecom", "firing", ("LlmTtftP95High",),
+                           f"[FIRING:1] LlmTtftP95High {group}", group=group)
+    o.companions = {"LlmTtftBurnRate": Delivery(130.0, "wecom", "llm-owners-wecom", "firing",
+                                                ("LlmTtftBurnRate",), "[FIRING:1] LlmTtftBurnRate realtime")}
+    o.companion_severities = {"LlmTtftBurnRate": sent}
+    reporter.summary(ScenarioResult(0.0, 100.0, None, 240.0, [], [o], [], Bounds({}, {}), 0))
+    assert f"with LlmTtftBurnRate {shown} → llm-owners-wecom" in out.getvalue()
 
 
 def test_events_are_reported_in_time_order():

@@ -136,7 +136,9 @@ class Reporter:
             head = Text(o.fault.alert, style="bold")
             for name, c in o.companions.items():
                 info = ALERTS.get(name)
-                severity = f" ({', '.join(info.severities)})" if info else ""
+                sent = o.companion_severities.get(name, set())
+                shown = ([s for s in info.severities if s in sent] or list(info.severities)) if info else []
+                severity = f" ({', '.join(shown)})" if shown else ""
                 head.append(f"\n  with {name}{severity} → {c.channel} ({PROVIDER.get(c.provider, c.provider)})")
             self.console.print(head)
             self.console.print(self._wrap([("  runbook: ", "")], d.runbook or "—", 11))

@@ -84,6 +84,8 @@ class FaultOutcome:
     groups: dict[str, Delivery] = dataclasses.field(default_factory=dict)
     group_resolutions: dict[str, Delivery] = dataclasses.field(default_factory=dict)
     companions: dict[str, Delivery] = dataclasses.field(default_factory=dict)  # other alerts of the layer
+    # The severities the companions' messages were sent with (every group's title ends with its severity).
+    companion_severities: dict[str, set[str]] = dataclasses.field(default_factory=dict)
 
     def after(self, t: float | None, since: float | None) -> float | None:
         return None if t is None or since is None else t - since
@@ -185,6 +187,9 @@ class ScenarioRunner:
                     for name in d.alerts:
                         if name != o.fault.alert:
                             o.companions.setdefault(name, d)
+                            info = ALERTS.get(name)
+                            o.companion_severities.setdefault(name, set()).update(
+                                w for w in d.group.split() if info and w in info.severities)
                 if d.status == "resolved" and o.removed_at is not None and o.fault.alert in d.alerts:
                     o.resolved = o.resolved or d
                     o.group_resolutions.setdefault(d.group, d)
