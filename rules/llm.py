@@ -60,19 +60,23 @@ def ttft_p95_over_target(spec: Spec, tier_name: str, keep: str, window: str) -> 
 
 
 def recording_rules(gateway: Selector, window: str) -> list[Recording]:
-    """Requests/s per tenant, model and tier, the error and cancellation rates and ratios. Each rule after the
-    first reads the rates recorded before it in the same evaluation, so the gateway's counters are rated once.
-    The per-tenant output-length mean is not recorded: nothing reads it, and the dashboard draws output length
-    from the histogram over its own range."""
+    """Requests/s per tenant, model and tier, and the error and cancellation rates: the only rules that rate
+    the gateway's request counters. The per-tenant output-length mean is not recorded: nothing reads it, and
+    the dashboard draws output length from the histogram over its own range."""
     requests = gateway("gateway_requests_total")
     return [
         Recording(REQUESTS, f"sum by ({TMT_BY}) (rate({requests}[{window}]))"),
         Recording(ERROR_RATE, f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total', ERRORS)}[{window}]))"),
         Recording(CANCELLED_RATE,
                   f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total', CANCELLED_OUTCOME)}[{window}]))"),
-        Recording(ERROR_RATIO, _ratio_or_zero(ERROR_RATE, REQUESTS, TMT)),
-        Recording(CANCELLED, _ratio_or_zero(CANCELLED_RATE, REQUESTS, TMT)),
     ]
+
+
+def ratio_recording_rules() -> list[Recording]:
+    """Error and cancellation ratios per tenant, model and tier from the recorded rates (inferwatch-llm.rules,
+    read as of its last evaluation: a group of their own, so neither group takes the time of both)."""
+    return [Recording(ERROR_RATIO, _ratio_or_zero(ERROR_RATE, REQUESTS, TMT)),
+            Recording(CANCELLED, _ratio_or_zero(CANCELLED_RATE, REQUESTS, TMT))]
 
 
 def token_recording_rules(gateway: Selector, window: str) -> list[Recording]:
@@ -215,6 +219,7 @@ def groups(spec: Spec) -> list[Group]:
     # histograms over their own range. Rating every bucket of every tenant, model and tier at each evaluation
     # was the costliest part of the rules (benchmarks/rules_eval.py).
     return [Group("inferwatch-llm.rules", recording_rules(gateway, window)),
+            Group("inferwatch-llm-ratios.rules", ratio_recording_rules()),
             Group("inferwatch-llm-tokens.rules", token_recording_rules(gateway, window)),
             Group("inferwatch-llm-slo.rules", slo_recording_rules(spec)),
             Group("inferwatch-llm-ttft.alerts", ttft_alerts),

@@ -63,7 +63,8 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
         ("tenant", "model", "tier", "type"), "tokens/s metered, type=input|output (output = output tokens/s)"),
     "tenant_model_tier:gateway_requests:rate": (("tenant", "model", "tier"), "requests/s, every outcome"),
     "tenant_model_tier:gateway_requests_errors:rate": (
-        ("tenant", "model", "tier"), "error|timeout requests/s (client 4xx except 429 excluded); no series where none failed (the ratio is 0)"),
+        ("tenant", "model", "tier"),
+        "error|timeout requests/s (client 4xx except 429 excluded); no series where none failed (the ratio is 0)"),
     "tenant_model_tier:gateway_requests_cancelled:rate": (("tenant", "model", "tier"), "cancelled requests/s"),
     "tenant_model_tier:gateway_requests_errors:ratio": (
         ("tenant", "model", "tier"), "error|timeout outcomes / all requests (client 4xx except 429 excluded)"),
