@@ -96,10 +96,10 @@ class Sources:
 
 
 def _gateway_ratio(per_tenant_rate: str) -> str:
-    """A model's ratio at the gateway from the recorded per tenant, model and tier rate (inferwatch-llm.rules,
-    same window; read as of its last evaluation, so the gateway's counters are rated once): the model's sum of
-    it over the model's requests; 0 for a model with requests and no such series, and no sample (not NaN) for
-    a model without requests."""
+    """A model's ratio at the gateway from the recorded per tenant, model and tier rate
+    (inferwatch-llm-outcomes.rules, same window; read as of its last evaluation, so the gateway's counters are
+    rated once): the model's sum of it over the model's requests; 0 for a model with requests and no such
+    series, and no sample (not NaN) for a model without requests."""
     return ratio(or_zero(f"sum by (model) ({per_tenant_rate})", GATEWAY_REQUESTS, ("model",)), GATEWAY_REQUESTS,
                  ("model",))
 
