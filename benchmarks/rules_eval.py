@@ -228,15 +228,17 @@ def run_prometheus(spec, seconds: float, warmup: float, started: float) -> tuple
     return evaluations, series, len(unhealthy), missed
 
 
-def per_interval_sums(evaluations: dict[str, dict[float, float]], interval: float) -> list[float]:
-    """Seconds of rule evaluation per evaluation interval (every group's evaluation in it summed), for each
-    interval in which every group's evaluation was sampled."""
+def per_interval_sums(evaluations: dict[str, dict[float, float]], interval: float) -> tuple[list[float], int]:
+    """(seconds of rule evaluation per evaluation interval, every group's evaluation in it summed, for each
+    interval in which every group's evaluation was sampled; intervals between the first and the last complete
+    one that lack a group: an evaluation missed or not sampled)."""
     rounds: dict[int, dict[str, float]] = {}
     for group, by_time in evaluations.items():
         for at, seconds in by_time.items():
             rounds.setdefault(int(at // interval), {})[group] = seconds
-    complete = [sum(r.values()) for r in rounds.values() if len(r) == len(evaluations)]
-    return complete or [0.0]
+    complete = sorted(k for k, r in rounds.items() if len(r) == len(evaluations))
+    incomplete = sum(1 for k in range(complete[0], complete[-1] + 1) if k not in complete) if complete else 0
+    return [sum(rounds[k].values()) for k in complete], incomplete
 
 
 def _group_gauges(text: str, name: str) -> dict[str, float]:
@@ -362,16 +364,22 @@ def main() -> int:
                           series=series, unhealthy_rules=unhealthy, iterations_missed=missed)
             # "All groups" is the rule work of one evaluation interval: per interval, the sum of every group's
             # evaluation in it (each group evaluates once per interval at its own fixed offset).
-            rounds = per_interval_sums(evaluations, spec.prometheus.evaluation_interval.seconds)
-            print(f"all groups per {spec.prometheus.evaluation_interval} interval: median "
-                  f"{statistics.median(rounds) * 1000:.1f} ms, slowest {max(rounds) * 1000:.1f} ms "
-                  f"({len(rounds)} intervals with every group sampled)")
+            rounds, incomplete = per_interval_sums(evaluations, spec.prometheus.evaluation_interval.seconds)
+            if not rounds:
+                print("no evaluation interval with every group sampled: nothing to judge", file=sys.stderr)
+            else:
+                print(f"all groups per {spec.prometheus.evaluation_interval} interval: median "
+                      f"{statistics.median(rounds) * 1000:.1f} ms, slowest {max(rounds) * 1000:.1f} ms "
+                      f"({len(rounds)} intervals with every group sampled, {incomplete} without)")
             result.update(eval_seconds_all_groups_sum_of_slowest=result["eval_seconds_all_groups"],
-                          eval_seconds_all_groups=round(max(rounds), 4),
-                          eval_seconds_all_groups_median=round(statistics.median(rounds), 4),
-                          intervals_sampled=len(rounds))
-            result["within_budget"] = (result["eval_seconds_max_group"] <= BUDGET_GROUP_SECONDS
-                                       and result["eval_seconds_all_groups"] <= BUDGET_ALL_SECONDS)
+                          eval_seconds_all_groups=round(max(rounds), 4) if rounds else None,
+                          eval_seconds_all_groups_median=round(statistics.median(rounds), 4) if rounds else None,
+                          intervals_sampled=len(rounds), intervals_incomplete=incomplete)
+            # Nothing sampled, a missed or unsampled evaluation, or a failing rule is not a pass.
+            result["within_budget"] = bool(
+                rounds and not incomplete and not missed and not unhealthy
+                and result["eval_seconds_max_group"] <= BUDGET_GROUP_SECONDS
+                and result["eval_seconds_all_groups"] <= BUDGET_ALL_SECONDS)
         if args.store in ("central", "both"):
             central = {**data, "cluster": {"name": "bench"},
                        "central_store": {"url": "http://127.0.0.1:1", "edge": "vmagent"}}

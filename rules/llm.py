@@ -60,15 +60,16 @@ def ttft_p95_over_target(spec: Spec, tier_name: str, keep: str, window: str) -> 
 
 
 def recording_rules(gateway: Selector, window: str) -> list[Recording]:
-    """Requests/s per tenant, model and tier: with outcome_recording_rules the only rules that rate the
-    gateway's request counters. The per-tenant output-length mean is not recorded: nothing reads it, and the
-    dashboard draws output length from the histogram over its own range."""
+    """Requests/s per tenant, model and tier (with outcome_recording_rules, the rules that rate the gateway's
+    request counters; the SLO rates them too only when its shortest window is not the rate window). The
+    per-tenant output-length mean is not recorded: nothing reads it, and the dashboard draws output length
+    from the histogram over its own range."""
     return [Recording(REQUESTS, f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total')}[{window}]))")]
 
 
 def outcome_recording_rules(gateway: Selector, window: str) -> list[Recording]:
-    """The error and cancellation rates per tenant, model and tier (a group of its own: each of these groups
-    selects a third of the request series or fewer, so a slow evaluation of one delays no other)."""
+    """The error and cancellation rates per tenant, model and tier, absent where no such series exists (the
+    ratios are 0 there). A group of its own, so a slow evaluation of the request rates delays neither."""
     return [
         Recording(ERROR_RATE, f"sum by ({TMT_BY}) (rate({gateway('gateway_requests_total', ERRORS)}[{window}]))"),
         Recording(CANCELLED_RATE,
@@ -106,13 +107,19 @@ def slo_recording_rules(spec: Spec) -> list[Recording]:
     base = windows[0]
     at_base = {"slo_window": str(base)}
     if base == spec.prometheus.rate_window:
-        # The per tenant, model and tier rates over the same window are recorded already (inferwatch-llm.rules,
-        # read as of its last evaluation): summing those reads 1/3 of the series the counters would.
+        # The per tenant, model and tier rates over the same window are recorded already (inferwatch-llm.rules
+        # and inferwatch-llm-outcomes.rules, read as of their last evaluation): summing those reads 1/3 of the
+        # series the counters would.
         requests = f"sum by (tier) ({REQUESTS})"
         errors = f"sum by (tier) ({ERROR_RATE})"
     else:
         requests = f"sum by (tier) (rate({gateway('gateway_requests_total')}[{base}]))"
         errors = f"sum by (tier) (rate({gateway('gateway_requests_total', ERRORS)}[{base}]))"
+    # A tier with requests and no error series yet (the gateway creates one at the first error, a restart
+    # drops it) has 0 errors/s, recorded: the long windows average this series over time, and a missing sample
+    # would leave the error-free stretch out of the average, so the long window would read as high as the short.
+    base_requests = f'{SLO_REQUESTS}{{slo_window="{base}"}}'
+    errors = or_zero(errors, f"sum by (tier) ({base_requests})", ("tier",))
     rules = [Recording(SLO_REQUESTS, requests, at_base), Recording(SLO_ERROR_RATE, errors, at_base)]
     for tier_name, tier in spec.tiers.items():
         sel = f'tier="{tier_name}"'

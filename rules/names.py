@@ -65,7 +65,8 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "tenant_model_tier:gateway_requests_errors:rate": (
         ("tenant", "model", "tier"),
         "error|timeout requests/s (client 4xx except 429 excluded); no series where none failed (the ratio is 0)"),
-    "tenant_model_tier:gateway_requests_cancelled:rate": (("tenant", "model", "tier"), "cancelled requests/s"),
+    "tenant_model_tier:gateway_requests_cancelled:rate": (
+        ("tenant", "model", "tier"), "cancelled requests/s; no series where none was cancelled (the ratio is 0)"),
     "tenant_model_tier:gateway_requests_errors:ratio": (
         ("tenant", "model", "tier"), "error|timeout outcomes / all requests (client 4xx except 429 excluded)"),
     "tenant_model_tier:gateway_requests_cancelled:ratio": (

@@ -126,15 +126,20 @@ def test_summary_names_each_tenants_message_and_resolution():
     assert "acme 25.4 s" in text and "globex —" in text
 
 
-@pytest.mark.parametrize(("sent", "shown"), [
-    ({"critical"}, "(critical)"),                       # only the page fired: warning is not claimed
-    ({"warning"}, "(warning)"),
-    ({"critical", "warning"}, "(critical, warning)"),
-    (set(), "(critical, warning)"),                     # title without a severity: what the alert can have
+@pytest.mark.parametrize(("titles", "lines"), [
+    # only the page fired: warning is not claimed
+    (["LlmTtftBurnRate realtime critical"], ["with LlmTtftBurnRate (critical) → oncall-pagerduty (PagerDuty)"]),
+    (["LlmTtftBurnRate realtime warning"], ["with LlmTtftBurnRate (warning) → llm-owners-wecom (WeCom robot)"]),
+    # both: each severity with the channel it went to, in the alert's order of severities
+    (["LlmTtftBurnRate realtime warning", "LlmTtftBurnRate realtime critical"],
+     ["with LlmTtftBurnRate (critical) → oncall-pagerduty (PagerDuty)",
+      "with LlmTtftBurnRate (warning) → llm-owners-wecom (WeCom robot)"]),
+    # a title without a severity: no severity claimed
+    (["LlmTtftBurnRate realtime"], ["with LlmTtftBurnRate → llm-owners-wecom (WeCom robot)"]),
 ])
-def test_summary_names_the_severities_a_companion_was_sent_with(sent, shown):
+def test_summary_names_each_severity_a_companion_was_sent_with(titles, lines):
     from inferwatch.demo.faults import Fault
-    from inferwatch.demo.observe import Delivery
+    from inferwatch.demo.observe import Delivery, group_of
     from inferwatch.demo.scenario import Bounds, FaultOutcome, ScenarioResult
 
     reporter, out = _reporter(160)
@@ -143,11 +148,15 @@ def test_summary_names_the_severities_a_companion_was_sent_with(sent, shown):
                      injected_at=100.0, fired_at=114.0)
     o.delivered = Delivery(118.0, "wecom", "llm-owners-wecom", "firing", ("LlmTtftP95High",),
                            f"[FIRING:1] LlmTtftP95High {group}", group=group)
-    o.companions = {"LlmTtftBurnRate": Delivery(130.0, "wecom", "llm-owners-wecom", "firing",
-                                                ("LlmTtftBurnRate",), "[FIRING:1] LlmTtftBurnRate realtime")}
-    o.companion_severities = {"LlmTtftBurnRate": sent}
+    for i, rest in enumerate(titles):
+        title = f"[FIRING:1] {rest}"
+        provider, channel = (("pagerduty", "oncall-pagerduty") if rest.endswith("critical")
+                             else ("wecom", "llm-owners-wecom"))
+        o.note_companion("LlmTtftBurnRate", Delivery(130.0 + i, provider, channel, "firing", ("LlmTtftBurnRate",),
+                                                     title, group=group_of(title)))
     reporter.summary(ScenarioResult(0.0, 100.0, None, 240.0, [], [o], [], Bounds({}, {}), 0))
-    assert f"with LlmTtftBurnRate {shown} → llm-owners-wecom" in out.getvalue()
+    text = out.getvalue()
+    assert [line.strip() for line in text.splitlines() if "with LlmTtftBurnRate" in line] == lines
 
 
 def test_events_are_reported_in_time_order():

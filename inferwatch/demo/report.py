@@ -135,11 +135,14 @@ class Reporter:
                 continue
             head = Text(o.fault.alert, style="bold")
             for name, c in o.companions.items():
+                # One line per severity it was sent with, each to the channel that severity went to.
                 info = ALERTS.get(name)
-                sent = o.companion_severities.get(name, set())
-                shown = ([s for s in info.severities if s in sent] or list(info.severities)) if info else []
-                severity = f" ({', '.join(shown)})" if shown else ""
-                head.append(f"\n  with {name}{severity} → {c.channel} ({PROVIDER.get(c.provider, c.provider)})")
+                sent = o.companion_severities.get(name) or {"": c}
+                order = list(info.severities) if info else []
+                for severity, d in sorted(sent.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order
+                                          else len(order)):
+                    label = f" ({severity})" if severity else ""
+                    head.append(f"\n  with {name}{label} → {d.channel} ({PROVIDER.get(d.provider, d.provider)})")
             self.console.print(head)
             self.console.print(self._wrap([("  runbook: ", "")], d.runbook or "—", 11))
             self.console.print(self._wrap([("  triage:  ", "")], d.triage or "— (none in the message)", 11))

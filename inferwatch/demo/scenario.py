@@ -84,8 +84,16 @@ class FaultOutcome:
     groups: dict[str, Delivery] = dataclasses.field(default_factory=dict)
     group_resolutions: dict[str, Delivery] = dataclasses.field(default_factory=dict)
     companions: dict[str, Delivery] = dataclasses.field(default_factory=dict)  # other alerts of the layer
-    # The severities the companions' messages were sent with (every group's title ends with its severity).
-    companion_severities: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    # Per companion, its first message per severity it was sent with (read from the group in the title, which
+    # holds the severity: every route groups by it); "" when the title names none.
+    companion_severities: dict[str, dict[str, Delivery]] = dataclasses.field(default_factory=dict)
+
+    def note_companion(self, name: str, d: Delivery) -> None:
+        """Records a message about another alert of the fault's layer."""
+        self.companions.setdefault(name, d)
+        info = ALERTS.get(name)
+        severity = next((w for w in d.group.split() if info and w in info.severities), "")
+        self.companion_severities.setdefault(name, {}).setdefault(severity, d)
 
     def after(self, t: float | None, since: float | None) -> float | None:
         return None if t is None or since is None else t - since
@@ -186,10 +194,7 @@ class ScenarioRunner:
                         o.groups.setdefault(d.group, d)
                     for name in d.alerts:
                         if name != o.fault.alert:
-                            o.companions.setdefault(name, d)
-                            info = ALERTS.get(name)
-                            o.companion_severities.setdefault(name, set()).update(
-                                w for w in d.group.split() if info and w in info.severities)
+                            o.note_companion(name, d)
                 if d.status == "resolved" and o.removed_at is not None and o.fault.alert in d.alerts:
                     o.resolved = o.resolved or d
                     o.group_resolutions.setdefault(d.group, d)
