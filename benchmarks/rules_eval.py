@@ -237,7 +237,7 @@ def per_interval_sums(evaluations: dict[str, dict[float, float]], interval: floa
         for at, seconds in by_time.items():
             rounds.setdefault(int(at // interval), {})[group] = seconds
     complete = sorted(k for k, r in rounds.items() if len(r) == len(evaluations))
-    incomplete = sum(1 for k in range(complete[0], complete[-1] + 1) if k not in complete) if complete else 0
+    incomplete = complete[-1] - complete[0] + 1 - len(complete) if complete else 0
     return [sum(rounds[k].values()) for k in complete], incomplete
 
 
@@ -295,17 +295,25 @@ def run_central(spec, seconds: float, started: float) -> tuple[dict[str, tuple[f
     return durations, series, int(errors)
 
 
-def report(name: str, figures: dict[str, tuple[float, float]], sampled: dict[str, int] | None = None) -> dict:
-    """Prints per-group (median, slowest) evaluation seconds; returns the figures judged against the budget."""
+def report(name: str, figures: dict[str, tuple[float, float]], sampled: dict[str, int] | None = None,
+           intervals: list[float] | None = None) -> dict:
+    """Prints per-group (median, slowest) evaluation seconds; returns the figures judged against the budget.
+    "All groups" is the per-interval total where `intervals` are given (see per_interval_sums), else the sum
+    over groups of each one's median and slowest."""
     print(f"{name}: per-group evaluation time (median / slowest)")
     for group, (median, slowest) in sorted(figures.items(), key=lambda kv: -kv[1][1]):
         count = f"  ({sampled[group]} evaluations sampled)" if sampled else ""
         print(f"  {group:34s} {median * 1000:9.1f} ms {slowest * 1000:9.1f} ms{count}")
     worst = max(figures.items(), key=lambda kv: kv[1][1]) if figures else ("none", (0.0, 0.0))
+    sum_of_slowest = round(sum(f[1] for f in figures.values()), 4)
     out = {"eval_seconds_max_group": round(worst[1][1], 4), "max_group": worst[0],
-           "eval_seconds_all_groups": round(sum(f[1] for f in figures.values()), 4),
+           "eval_seconds_all_groups": sum_of_slowest,
            "eval_seconds_max_group_median": round(max((f[0] for f in figures.values()), default=0.0), 4),
            "eval_seconds_all_groups_median": round(sum(f[0] for f in figures.values()), 4)}
+    if intervals is not None:
+        out.update(eval_seconds_all_groups=round(max(intervals), 4) if intervals else None,
+                   eval_seconds_all_groups_median=round(statistics.median(intervals), 4) if intervals else None,
+                   eval_seconds_all_groups_sum_of_slowest=sum_of_slowest)
     if sampled:
         out["evaluations_sampled"] = min(sampled.values(), default=0)
     return out
@@ -360,21 +368,18 @@ def main() -> int:
                 ap.error(f"--seconds must exceed the warm-up of {warmup:.0f} s (rate window + two intervals)")
             evaluations, series, unhealthy, missed = run_prometheus(spec, args.seconds, warmup, time.time())
             figures = {g: (statistics.median(v.values()), max(v.values())) for g, v in evaluations.items() if v}
-            result.update(report("Prometheus", figures, {g: len(v) for g, v in evaluations.items() if v}),
-                          series=series, unhealthy_rules=unhealthy, iterations_missed=missed)
             # "All groups" is the rule work of one evaluation interval: per interval, the sum of every group's
             # evaluation in it (each group evaluates once per interval at its own fixed offset).
             rounds, incomplete = per_interval_sums(evaluations, spec.prometheus.evaluation_interval.seconds)
+            result.update(report("Prometheus", figures, {g: len(v) for g, v in evaluations.items() if v}, rounds),
+                          series=series, unhealthy_rules=unhealthy, iterations_missed=missed,
+                          intervals_sampled=len(rounds), intervals_incomplete=incomplete)
             if not rounds:
                 print("no evaluation interval with every group sampled: nothing to judge", file=sys.stderr)
             else:
                 print(f"all groups per {spec.prometheus.evaluation_interval} interval: median "
                       f"{statistics.median(rounds) * 1000:.1f} ms, slowest {max(rounds) * 1000:.1f} ms "
                       f"({len(rounds)} intervals with every group sampled, {incomplete} without)")
-            result.update(eval_seconds_all_groups_sum_of_slowest=result["eval_seconds_all_groups"],
-                          eval_seconds_all_groups=round(max(rounds), 4) if rounds else None,
-                          eval_seconds_all_groups_median=round(statistics.median(rounds), 4) if rounds else None,
-                          intervals_sampled=len(rounds), intervals_incomplete=incomplete)
             # Nothing sampled, a missed or unsampled evaluation, or a failing rule is not a pass.
             result["within_budget"] = bool(
                 rounds and not incomplete and not missed and not unhealthy

@@ -116,6 +116,12 @@ def or_zero(expr: str, like: str, on: tuple[str, ...] | list[str]) -> str:
     return f"(\n{indent(expr)}\n  or on ({by(on)})\n  0 * {like}\n)"
 
 
+def ratio_or_zero(numerator: str, denominator: str, on: tuple[str, ...] | list[str]) -> str:
+    """`ratio` whose numerator is 0 where it has no series: without any error series the ratio is 0, not
+    absent; without any event in the window (denominator 0) it is unknown, so no sample (never NaN)."""
+    return ratio(or_zero(numerator, denominator, on), denominator, on)
+
+
 def known(expr: str) -> str:
     """`expr` without NaN samples (NaN compares false, so `>= 0` keeps every real non-negative value):
     histogram_quantile() over a window without observations, a summary quantile without requests."""

@@ -8,7 +8,7 @@ Alertmanager can inhibit the slower pairs while a faster one fires, each with a 
 
 from __future__ import annotations
 
-from inferwatch.rules.builders import by, exporter_down, indent, le_matcher, num, or_zero, ratio
+from inferwatch.rules.builders import by, exporter_down, indent, le_matcher, num, or_zero, ratio, ratio_or_zero
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector
 from inferwatch.spec import Duration, Spec
@@ -35,12 +35,6 @@ SLO_TTFT_FAST = "tier_slo_window:gateway_time_to_first_token_seconds_within_slo:
 SLO_TTFT_COUNT = "tier_slo_window:gateway_time_to_first_token_seconds_count:rate"
 CANCELLED_OUTCOME = 'outcome="cancelled"'
 WHO = "tenant {{ $labels.tenant }}, model {{ $labels.model }}, tier {{ $labels.tier }}"
-
-
-def _ratio_or_zero(numerator: str, denominator: str, on: tuple[str, ...]) -> str:
-    # Without any error series the numerator is empty: the ratio is 0, not absent. Without any request in
-    # the window the denominator is 0: the ratio is unknown, so no sample (never NaN).
-    return ratio(or_zero(numerator, denominator, on), denominator, on)
 
 
 def ttft_p95_over_target(spec: Spec, tier_name: str, keep: str, window: str) -> str:
@@ -80,8 +74,8 @@ def outcome_recording_rules(gateway: Selector, window: str) -> list[Recording]:
 def ratio_recording_rules() -> list[Recording]:
     """Error and cancellation ratios per tenant, model and tier from the recorded rates (inferwatch-llm.rules
     and inferwatch-llm-outcomes.rules, read as of their last evaluation)."""
-    return [Recording(ERROR_RATIO, _ratio_or_zero(ERROR_RATE, REQUESTS, TMT)),
-            Recording(CANCELLED, _ratio_or_zero(CANCELLED_RATE, REQUESTS, TMT))]
+    return [Recording(ERROR_RATIO, ratio_or_zero(ERROR_RATE, REQUESTS, TMT)),
+            Recording(CANCELLED, ratio_or_zero(CANCELLED_RATE, REQUESTS, TMT))]
 
 
 def token_recording_rules(gateway: Selector, window: str) -> list[Recording]:
@@ -138,7 +132,7 @@ def slo_recording_rules(spec: Spec) -> list[Recording]:
         if w != base:
             rules.append(Recording(SLO_REQUESTS, f"sum by (tier) ({over(SLO_REQUESTS, w)})", label))
         total = f'sum by (tier) ({SLO_REQUESTS}{{slo_window="{w}"}})'
-        rules.append(Recording(SLO_ERRORS, _ratio_or_zero(f"sum by (tier) ({over(SLO_ERROR_RATE, w)})", total,
+        rules.append(Recording(SLO_ERRORS, ratio_or_zero(f"sum by (tier) ({over(SLO_ERROR_RATE, w)})", total,
                                                           ("tier",)), label))
         fast = ratio(f"sum by (tier) ({over(SLO_TTFT_FAST, w)})", f"sum by (tier) ({over(SLO_TTFT_COUNT, w)})",
                      ("tier",))

@@ -27,9 +27,9 @@ from inferwatch.rules.builders import (
     exporter_down,
     indent,
     num,
-    or_zero,
     over_threshold_by_model,
     ratio,
+    ratio_or_zero,
     regex_alternation,
     with_min_rate,
 )
@@ -100,8 +100,7 @@ def _gateway_ratio(per_tenant_rate: str) -> str:
     (inferwatch-llm-outcomes.rules, same window; read as of its last evaluation, so the gateway's counters are
     rated once): the model's sum of it over the model's requests; 0 for a model with requests and no such
     series, and no sample (not NaN) for a model without requests."""
-    return ratio(or_zero(f"sum by (model) ({per_tenant_rate})", GATEWAY_REQUESTS, ("model",)), GATEWAY_REQUESTS,
-                 ("model",))
+    return ratio_or_zero(f"sum by (model) ({per_tenant_rate})", GATEWAY_REQUESTS, ("model",))
 
 
 def ensemble_rules(src: Sources, window: str) -> list[Recording]:
