@@ -403,6 +403,9 @@ class GatewaySettings:
     idle_timeout: Duration = field(_d("75s"), doc="a kept-alive connection without a request this long is closed")
     send_timeout: Duration = field(_d("60s"), doc="a client that takes nothing of its answer this long (its buffer "
                                                   "full) is cut off; the upstream request is closed")
+    grpc_certificate_file: str = field("", doc="PEM certificate chain of the gRPC listener (--grpc-upstream); with "
+                                               "grpc_private_key_file it speaks TLS, else h2c (cleartext HTTP/2)")
+    grpc_private_key_file: str = field("", doc="PEM private key of grpc_certificate_file (a file path, never the key)")
 
     def _validate(self, path: str) -> None:
         for name in ("max_body_bytes", "max_answer_bytes"):
@@ -410,6 +413,9 @@ class GatewaySettings:
                 raise SpecError(f"{path}.{name}", f"expected at least 1024, got {getattr(self, name)}")
         if self.max_connections < 16:
             raise SpecError(f"{path}.max_connections", f"expected at least 16, got {self.max_connections}")
+        if bool(self.grpc_certificate_file) != bool(self.grpc_private_key_file):
+            raise SpecError(f"{path}.grpc_certificate_file", "grpc_certificate_file and grpc_private_key_file "
+                            "go together (TLS needs both)")
 
 
 # ------------------------------------------------------------------------------------ notifier routing

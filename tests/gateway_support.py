@@ -54,10 +54,17 @@ class RunningProxy:
     """The gateway proxy (real aiohttp server and client) in front of `upstream`, on loopback ports the OS
     picks when the server binds (port 0), so no port can be taken between choosing and binding it."""
 
-    def __init__(self, upstream: str, spec=None, ports: tuple[int, int] = (0, 0)):
+    def __init__(self, upstream: str, spec=None, ports: tuple[int, int] = (0, 0), grpc_upstream: str | None = None,
+                 **grpc_options):
         self.usages = []
         self.gateway = Gateway(spec if spec is not None else make_spec(), usage_sink=self.usages.append)
         self.proxy = Proxy(self.gateway, upstream)
+        # With `grpc_upstream` (host:port) the gRPC listener serves too, on a port the OS picks (grpc_port).
+        self.grpc = None
+        if grpc_upstream is not None:
+            from inferwatch.exporters.gateway.grpcproxy import GrpcProxy
+
+            self.grpc = GrpcProxy(self.gateway, grpc_upstream, **grpc_options)
         self._lt = LoopThread()
         self._stop = self._lt.run(_make_event())
         ready = concurrent.futures.Future()
@@ -65,8 +72,10 @@ class RunningProxy:
             # In place: this test process's own thread reads the registry too (value()), which a forked render
             # must not meet mid-read; GatewayProcess tests cover the forked render of the CLI.
             serve(self.proxy, "127.0.0.1", *ports, stop=self._stop, forked_metrics=False,
-                  on_ready=lambda port, metrics_port: ready.set_result((port, metrics_port))), self._lt.loop)
+                  on_ready=lambda port, metrics_port: ready.set_result((port, metrics_port)),
+                  grpc_proxy=self.grpc), self._lt.loop)
         self.port, self.metrics_port = _wait_ready(ready, self._task, "proxy listening", self._lt)
+        self.grpc_address = f"127.0.0.1:{self.grpc.port}" if self.grpc is not None else None
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
 

@@ -29,6 +29,12 @@ def register(subparsers) -> None:
                    help="proxy processes sharing --port (SO_REUSEPORT), 1-64 (default 1). With N > 1 the main "
                         "process serves /metrics, summed over the workers (prometheus-client multiprocess "
                         "mode), and carries no traffic; a worker that dies stops the gateway (exit 1)")
+    p.add_argument("--grpc-upstream", metavar="HOST:PORT", default=None,
+                   help="also serve Triton's gRPC API on --grpc-port, forwarding every call to this gRPC address "
+                        "(e.g. triton:8001) and metering ModelStreamInfer/ModelInfer of the LLM models; TLS when "
+                        "the spec's gateway.grpc_certificate_file is set (default: no gRPC listener)")
+    p.add_argument("--grpc-port", type=port, default=8081,
+                   help="port of the gRPC listener on the same --host, 1-65535 (default 8081)")
     p.add_argument("--usage-log", metavar="FILE", default=None,
                    help="append one JSON line per finished LLM request (tenant, model, tokens, outcome): the "
                         "per-request billing record; '-' for stdout (default: off)")
@@ -43,7 +49,21 @@ def run(args: argparse.Namespace) -> int:
     check_upstream(args.upstream)
     if args.port == args.metrics_port:
         raise UsageError(f"--port and --metrics-port must differ (both {args.port})")
+    if args.grpc_upstream is not None:
+        check_grpc_upstream(args.grpc_upstream)
+        if args.grpc_port in (args.port, args.metrics_port):
+            raise UsageError(f"--grpc-port must differ from --port and --metrics-port (all {args.grpc_port})")
     spec = load_spec(args.spec)
+    tls = grpc_tls(spec) if args.grpc_upstream is not None else None
+
+    def grpc_kwargs(gateway) -> dict:
+        if args.grpc_upstream is None:
+            return {}
+        from inferwatch.exporters.gateway.grpcproxy import GrpcProxy
+
+        cert, key = tls if tls is not None else (None, None)
+        return {"grpc_proxy": GrpcProxy(gateway, args.grpc_upstream, certificate=cert, private_key=key),
+                "grpc_port": args.grpc_port}
     sink = None
     if args.usage_log:
         try:
@@ -52,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--usage-log: cannot open {args.usage_log}: {exc.strerror}") from None
         sink = usage_writer(stream)
     if args.workers == 1:
-        run_forever(Proxy(Gateway(spec, usage_sink=sink), args.upstream), args.host, args.port, args.metrics_port)
+        gateway = Gateway(spec, usage_sink=sink)
+        run_forever(Proxy(gateway, args.upstream), args.host, args.port, args.metrics_port, **grpc_kwargs(gateway))
         return 0
     import asyncio
 
@@ -61,8 +82,9 @@ def run(args: argparse.Namespace) -> int:
 
     def start_worker() -> None:
         # Built in the worker, after the fork: its metrics must be the multiprocess kind (workers.py).
-        proxy = Proxy(Gateway(spec, usage_sink=sink), args.upstream)
-        run_forever(proxy, args.host, args.port, None, reuse_port=True, on_ready=lambda *_: worker_ready())
+        gateway = Gateway(spec, usage_sink=sink)
+        run_forever(Proxy(gateway, args.upstream), args.host, args.port, None, reuse_port=True,
+                    on_ready=lambda *_: worker_ready(), **grpc_kwargs(gateway))
 
     def metrics(registry, stop: asyncio.Event):
         return serve_metrics(registry, args.host, args.metrics_port, stop)
@@ -91,3 +113,28 @@ def check_upstream(url: str) -> None:
     if parts.scheme not in ("http", "https") or not host:
         raise UsageError("--upstream: expected an http(s) URL with a host, such as http://127.0.0.1:8000 "
                          "(the value given is not shown: it may hold credentials)")
+
+
+def check_grpc_upstream(address: str) -> None:
+    """Raise UsageError unless `address` is `host:port` (a gRPC target: no scheme, no path)."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or "/" in address or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise UsageError("--grpc-upstream: expected HOST:PORT, such as 127.0.0.1:8001 or triton:8001 "
+                         "(the value given is not shown: it may hold credentials)")
+
+
+def grpc_tls(spec) -> tuple[bytes, bytes] | None:
+    """(certificate chain, private key) PEM bytes from the spec's gateway.grpc_*_file, or None (h2c).
+    Raises UsageError naming the file that cannot be read (never its content)."""
+    settings = spec.gateway
+    if not settings.grpc_certificate_file:
+        return None
+    out = []
+    for name in ("grpc_certificate_file", "grpc_private_key_file"):
+        path = getattr(settings, name)
+        try:
+            with open(path, "rb") as f:
+                out.append(f.read())
+        except OSError as exc:
+            raise UsageError(f"gateway.{name}: cannot read {path}: {exc.strerror}") from None
+    return out[0], out[1]

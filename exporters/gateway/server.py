@@ -47,13 +47,15 @@ def metrics_app(gateway: Gateway, forked: bool = True) -> web.Application:
 async def serve(proxy: Proxy, host: str, port: int, metrics_port: int | None, metrics_host: str | None = None,
                 stop: asyncio.Event | None = None,
                 on_ready: Callable[[int, int | None], None] | None = None, forked_metrics: bool = True,
-                reuse_port: bool = False) -> None:
+                reuse_port: bool = False, grpc_proxy=None, grpc_port: int = 0) -> None:
     """Serve until `stop` is set (or a signal arrives when `stop` is None).
 
     `forked_metrics`: render /metrics in a forked child (exposition.py), which needs this loop's thread to be
     the only one touching the registry; pass False when other threads read it (in-process tests).
     `metrics_port` None: no /metrics here (a worker of workers.py: its parent serves them);
     `reuse_port`: bind with SO_REUSEPORT, sharing the port with the other workers.
+    `grpc_proxy` (grpcproxy.GrpcProxy): also serve gRPC on `grpc_port`, on this loop (its bound port is
+    `grpc_proxy.port` once `on_ready` is called).
 
     Port 0 lets the OS pick; `on_ready(port, metrics_port)` is called with the ports actually bound once
     the sockets listen. A bind failure (OSError, e.g. EADDRINUSE) propagates out of this coroutine.
@@ -75,6 +77,10 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int | None, me
     await proxy.open()
     try:
         port = await server.start(host, port, reuse_port)
+        if grpc_proxy is not None:
+            grpc_port = grpc_proxy.port = await grpc_proxy.start(host, grpc_port, reuse_port)
+            log.info("gateway gRPC listener on %s:%d -> %s (%s)", host, grpc_port, grpc_proxy.upstream,
+                     "TLS" if grpc_proxy.credentials is not None else "h2c")
         if metrics_port is not None:
             metrics_runner = web.AppRunner(metrics_app(proxy.gateway, forked_metrics), access_log=None,
                                            logger=ServerLog())
@@ -97,6 +103,8 @@ async def serve(proxy: Proxy, host: str, port: int, metrics_port: int | None, me
         await stop.wait()
     finally:
         await server.stop()
+        if grpc_proxy is not None:
+            await grpc_proxy.stop()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
         await proxy.close()
