@@ -29,6 +29,7 @@ GENERATORS: list[str] = [
     "inferwatch.kubernetes.generate:outputs",  # deploy/kubernetes/ kustomize base (prometheusrule.yaml: rules)
     "inferwatch.central:outputs",  # deploy/central/ edge and vmalert configuration (spec central_store)
     "inferwatch.kubernetes.clusters:generated",  # Prometheus CR patch (cluster), vmalert on Kubernetes (central)
+    "inferwatch.specdoc:outputs",  # docs/spec-reference.md: every spec field, its type, default and meaning
 ]
 
 
