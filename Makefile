@@ -48,6 +48,7 @@ lint: $(LINT_STAMP)
 	@for e in inferwatch/*; do ln -s "$(CURDIR)/$$e" $(MYPY_TREE)/inferwatch/; done
 	@for d in exporters rules dashboards notifier; do ln -s "$(CURDIR)/$$d" $(MYPY_TREE)/inferwatch/$$d; done
 	cd $(MYPY_TREE) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p inferwatch
+	$(BIN)/mkdocs build --strict --quiet
 
 $(LINT_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[lint]'

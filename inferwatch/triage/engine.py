@@ -124,7 +124,7 @@ class AlertTriage:
         return "no data"
 
     def to_dict(self) -> dict:
-        """The JSON shape documented in README ("triage --json"): unknown values are null, never 0."""
+        """The JSON shape of `triage --json` (README, "Runbooks and triage"): unknown values are null, never 0."""
         return {
             "alert": self.alert,
             "labels": self.labels,
