@@ -11,6 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import requests
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -202,6 +203,34 @@ def test_restricted_statistics_api(triton_factory, caplog):
     assert states(s, "classifier", "2", triton="without")["READY"] == 1  # the rest still works
     logged = [r.getMessage() for r in caplog.records if "without" in r.getMessage()]
     assert len(logged) == 1 and "stats call failed (forbidden)" in logged[0]  # once, not once per poll
+    assert TOKEN not in caplog.text
+
+
+@pytest.mark.parametrize("headers, refused", [
+    ({"triton-access-token": TOKEN}, False),  # the header configured: health read as usual
+    ({}, True),  # no header: 403, "configure the header", never "server down"
+    ({"triton-access-token": "wrong"}, True),
+], ids=["header", "no-header", "wrong-header"])
+def test_restricted_health_api_is_forbidden_not_down(triton_factory, caplog, headers, refused):
+    """Triton's --http-restricted-api covering `health` answers /v2/health/* with 403: the server answered,
+    so it is up; whether it is live or ready is unknown (absent: TritonServerDown and TritonServerNotReady
+    read `== 0`), and the refusal is counted as cause `forbidden` and logged once with what to do."""
+    server = triton_factory(extra_args=[f"--http-restricted-api=health:triton-access-token={TOKEN}"],
+                            ready_path="/v2/models/stats")
+    with caplog.at_level(logging.WARNING), collector_for(target(server, headers=headers)) as c:
+        c.poll_once()
+        c.poll_once()
+        s = samples(c)
+    assert value(s, "inferwatch_triton_up", triton="t") == 1
+    for endpoint, family in (("live", "server_live"), ("ready", "server_ready")):
+        assert value(s, f"inferwatch_triton_{family}", triton="t") == (None if refused else 1)
+        assert value(s, "inferwatch_triton_poll_errors_total", triton="t", endpoint=endpoint,
+                     cause="forbidden") == (2 if refused else 0)
+    assert states(s, "classifier", "2")["READY"] == 1  # the other endpoints are still read
+    logged = [r.getMessage() for r in caplog.records if "call failed (forbidden)" in r.getMessage()]
+    assert len(logged) == (2 if refused else 0)  # live and ready, once each, not once per poll
+    assert all("configure its header" in line for line in logged)
+    assert not [r for r in caplog.records if "unreachable" in r.getMessage()]
     assert TOKEN not in caplog.text
 
 

@@ -26,6 +26,7 @@ import pynvml
 from prometheus_client.core import Metric
 
 from inferwatch.exporters.gpu import sanity
+from inferwatch.exporters.gpu.devicelist import SeenGpus
 from inferwatch.exporters.gpu.metrics import CollectionStats, XidCounts, build_families
 from inferwatch.exporters.gpu.nvml import Nvml, error_name
 from inferwatch.exporters.gpu.pods import PodMap
@@ -37,7 +38,6 @@ from inferwatch.exporters.gpu.reading import (
     LibraryLost,
     Snapshot,
     discover,
-    open_device,
     read_gpu,
 )
 
@@ -88,6 +88,7 @@ class GpuCollector:
         self._driver = ""
         self._devices: list[Device] = []
         self._known: dict[int, GpuIdentity] = {}
+        self._seen = SeenGpus()       # every GPU opened since start, by UUID (devicelist.py)
         self._xid_counts: dict[tuple[int, str], dict[int, int]] = {}
         self._xid_last: dict[tuple[int, str], int] = {}
         self._snapshot = Snapshot(nvml_up=False)
@@ -149,9 +150,12 @@ class GpuCollector:
                 self._publish(snapshot, self._monotonic() - started, success=False)
                 return snapshot
             try:
-                self._reopen_missing()
-                readings = tuple(self._read_all())
-                snapshot = Snapshot(nvml_up=True, devices=len(self._devices), driver_version=self._driver,
+                listing = self._seen.enumerate(self.nvml, self.tally)
+                self._set_devices(list(listing.present))
+                # A GPU seen before that NVML no longer lists or opens is lost (up 0) until it comes back.
+                lost = tuple(GpuReading(identity=ident, up=False) for ident in listing.lost)
+                readings = tuple(self._read_all()) + lost
+                snapshot = Snapshot(nvml_up=True, devices=listing.count, driver_version=self._driver,
                                     gpus=readings)
                 success = True
             except LibraryLost as exc:
@@ -195,6 +199,7 @@ class GpuCollector:
         self._failures = 0
         self._logged_init_errors.clear()
         self._known.update({d.identity.index: d.identity for d in self._devices if d.handle is not None})
+        self._seen.remember(self._devices)
         self.generation += 1
         log.info("NVML initialised: driver %s, %d GPU(s)", self._driver or "?", len(self._devices))
         return True
@@ -214,18 +219,24 @@ class GpuCollector:
             if not quiet:
                 log.debug("nvmlShutdown: %s", error_name(exc))
 
-    def _reopen_missing(self) -> None:
-        """Retry handles for GPUs that were unreadable at discovery (raises LibraryLost)."""
-        for i, device in enumerate(self._devices):
-            if device.handle is None:
-                reopened = open_device(self.nvml, self.tally, device.identity.index, device.identity)
-                if reopened.handle is not None:
-                    self._devices[i] = reopened
-                    self._known[reopened.identity.index] = reopened.identity
-                    self.generation += 1
+    def _set_devices(self, devices: list[Device]) -> None:
+        """Read `devices` from now on; a change of which GPUs have handles (or of the handles) bumps
+        `generation`, so the XID thread registers the new list."""
+        def key(ds: list[Device]) -> list[tuple[GpuIdentity, Any]]:
+            return [(d.identity, None if d.handle is None else self.nvml.device_key(d.handle)) for d in ds]
+
+        if key(devices) != key(self._devices):
+            self.generation += 1
+        self._devices = devices
+        for d in devices:
+            if d.handle is not None:
+                self._known[d.identity.index] = d.identity
 
     def _library_down_snapshot(self) -> Snapshot:
-        gpus = tuple(GpuReading(identity=ident, up=False) for _, ident in sorted(self._known.items()))
+        # Every GPU seen since start (by UUID), else those known by index (nothing was ever named).
+        known = sorted(self._seen.by_uuid.values(), key=lambda i: (i.index, i.uuid)) or \
+            [ident for _, ident in sorted(self._known.items())]
+        gpus = tuple(GpuReading(identity=ident, up=False) for ident in known)
         return Snapshot(nvml_up=False, devices=len(gpus), driver_version=self._driver, gpus=gpus)
 
     # ----------------------------------------------------------------------------------- results

@@ -122,20 +122,21 @@ def build_families(snapshot: Snapshot, host: str, xids: XidCounts, stats: Collec
     so the first event is an increase Prometheus can see. `pods`: who holds which GPU (None = no labels)."""
     driver = snapshot.driver_version
     readable = [r for r in snapshot.gpus if r.up]
-    labels = {r.identity.index: dcgm_labels(r, host, driver, pods=pods) for r in snapshot.gpus}
+    # Keyed by index and UUID: a GPU lost from the device list keeps its index while a new one may take it.
+    labels = {(r.identity.index, r.identity.uuid): dcgm_labels(r, host, driver, pods=pods) for r in snapshot.gpus}
     out: list[Metric] = []
     for name, typ, help_text, value_of in GPU_FIELDS:
         family = Metric(name, help_text, typ)
         for r in readable:
             value = value_of(r)
             if value is not None:
-                family.add_sample(name, labels[r.identity.index], value)
+                family.add_sample(name, labels[(r.identity.index, r.identity.uuid)], value)
         out.append(family)
     for name, help_text, value_of in MEMORY_FIELDS:
         family = Metric(name, help_text, GAUGE)
         for r in readable:
             if r.memory is not None and value_of(r.memory) is not None:
-                family.add_sample(name, labels[r.identity.index], value_of(r.memory))
+                family.add_sample(name, labels[(r.identity.index, r.identity.uuid)], value_of(r.memory))
             for m in r.mig:
                 if m.memory is not None and value_of(m.memory) is not None:
                     family.add_sample(name, dcgm_labels(r, host, driver, m, pods), value_of(m.memory))
@@ -145,7 +146,7 @@ def build_families(snapshot: Snapshot, host: str, xids: XidCounts, stats: Collec
     for r in snapshot.gpus:
         last = xids.last.get((r.identity.index, r.identity.uuid))
         if r.up or last is not None:
-            xid_last.add_sample("DCGM_FI_DEV_XID_ERRORS", labels[r.identity.index], last or 0)
+            xid_last.add_sample("DCGM_FI_DEV_XID_ERRORS", labels[(r.identity.index, r.identity.uuid)], last or 0)
     out.append(xid_last)
     out.extend(_inferwatch_families(snapshot, host, xids, preset_xids, pods))
     out.extend(_self_families(snapshot, host, stats))

@@ -17,6 +17,8 @@ A scenario file is YAML; every key is optional (no file = one steady, healthy GP
       - {at: 2m, gpu: 1, no_permission: [total_ecc_errors]}     # ... NVMLError_NoPermission
       - {at: 3m, gpu: 1, xid: 79}                               # one XID critical-error event
       - {at: 3m, gpu: 1, lost: true}                            # every call raises NVMLError_GpuIsLost
+      - {at: 3m, gpu: 1, removed: true, for: 1m}                # leaves the device list (driver unbind, hot
+                                                                #   removal): see sim.py
       - {at: 4m, library_lost: driver_not_loaded, for: 20s}     # all calls fail, then need re-init
 
 `for:` bounds any fault or `set` (omitted = until the end). Changes posted at run time (`/sim/events`)
@@ -106,7 +108,7 @@ FAULTABLE_CALLS = frozenset({
 })
 LIBRARY_ERRORS = ("driver_not_loaded", "lib_rm_version_mismatch", "uninitialized", "library_not_found")
 _ENTRY_KEYS = {"at", "gpu", "set", "ramp", "over", "for", "not_supported", "no_permission", "lost", "xid",
-               "library_lost"}
+               "library_lost", "removed"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +137,7 @@ class Change:
     lost: bool = False
     xid: int | None = None
     library_lost: str | None = None
+    removed: bool = False
 
     def applies(self, gpu: int) -> bool:
         return self.gpus is None or gpu in self.gpus
@@ -189,6 +192,10 @@ class Scenario:
 
     def lost(self, gpu: int, t: float) -> bool:
         return any(c.lost and c.applies(gpu) and c.active(t) for c in self.timeline)
+
+    def removed(self, gpu: int, t: float) -> bool:
+        """True while `gpu` is out of the device list (a `removed` entry is active for it)."""
+        return any(c.removed and c.applies(gpu) and c.active(t) for c in self.timeline)
 
     def library_lost(self, t: float) -> str | None:
         """The library error in force at `t` (one of LIBRARY_ERRORS) or None."""
@@ -268,6 +275,9 @@ def _change(entry: Any, offset: float, gpus: int, path: str) -> Change:
     lost = entry.get("lost", False)
     if not isinstance(lost, bool):
         raise SpecError(f"{path}.lost", f"expected true or false, got {_short(lost)}")
+    removed = entry.get("removed", False)
+    if not isinstance(removed, bool):
+        raise SpecError(f"{path}.removed", f"expected true or false, got {_short(removed)}")
     library = entry.get("library_lost")
     if library is True:
         library = "driver_not_loaded"
@@ -280,12 +290,12 @@ def _change(entry: Any, offset: float, gpus: int, path: str) -> Change:
         over=_duration(entry.get("over", 0), f"{path}.over"),
         not_supported=_calls(entry.get("not_supported"), f"{path}.not_supported"),
         no_permission=_calls(entry.get("no_permission"), f"{path}.no_permission"),
-        lost=lost, xid=xid, library_lost=library or None,
+        lost=lost, xid=xid, library_lost=library or None, removed=removed,
     )
     if not (change.set or change.ramp or change.not_supported or change.no_permission or change.lost
-            or change.xid or change.library_lost):
-        raise SpecError(path, "entry changes nothing: give set, ramp, not_supported, no_permission, lost, xid "
-                              "or library_lost")
+            or change.xid or change.library_lost or change.removed):
+        raise SpecError(path, "entry changes nothing: give set, ramp, not_supported, no_permission, lost, xid, "
+                              "library_lost or removed")
     return change
 
 

@@ -5,6 +5,10 @@ It fails the way the real library does: every failure is a real `pynvml.NVMLErro
   - not initialised (before init, after shutdown, after the library came back) -> NVMLError_Uninitialized
   - library lost (driver unloaded / version mismatch) -> that error from every call, init included
   - a lost GPU -> NVMLError_GpuIsLost from every call on it, including nvmlDeviceGetHandleByIndex
+  - a GPU removed from the device list (driver unbind after XID 79, hot removal) -> nvmlDeviceGetCount no
+    longer counts it, the GPUs after it move down one index (NVML numbers the devices it enumerates, in PCI
+    order), and a handle taken before answers NVMLError_InvalidArgument, NVML's answer for a handle that is
+    not a valid device (nvml.h: "NVML_ERROR_INVALID_ARGUMENT if device is invalid")
   - unsupported / not permitted calls -> NVMLError_NotSupported / NVMLError_NoPermission
   - MIG mode on a GPU -> utilization is NVMLError_NotSupported (as on real MIG-enabled GPUs)
   - no fans (the default, like passively cooled data-centre GPUs) -> fan_speed is NVMLError_NotSupported
@@ -111,6 +115,8 @@ class SimNvml:
         device = handle.parent if isinstance(handle, _MigDevice) else handle
         if not isinstance(device, _Device) or device.generation != self._generation:
             raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+        if self.scenario.removed(device.index, t):
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if self.scenario.lost(device.index, t):
             raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
         if call in self.scenario.faults(device.index, t, "not_supported"):
@@ -146,19 +152,23 @@ class SimNvml:
             self._ready()
             return self.scenario.driver_version
 
+    def _listed(self, t: float) -> list[int]:
+        """The scenario's GPUs NVML enumerates at `t`, in order: NVML index -> scenario GPU."""
+        return [gpu for gpu in range(self.scenario.gpus) if not self.scenario.removed(gpu, t)]
+
     def device_count(self) -> int:
         with self._cond:
-            self._ready()
-            return self.scenario.gpus
+            return len(self._listed(self._ready()))
 
     def device_handle(self, index: int) -> Any:
         with self._cond:
             t = self._ready()
-            if not 0 <= index < self.scenario.gpus:
+            listed = self._listed(t)
+            if not 0 <= index < len(listed):
                 raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            if self.scenario.lost(index, t):
+            if self.scenario.lost(listed[index], t):
                 raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
-            return _Device(index, self._generation)
+            return _Device(listed[index], self._generation)
 
     def device_key(self, handle: Any) -> Hashable:
         return handle.index

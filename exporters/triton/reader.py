@@ -39,6 +39,9 @@ from inferwatch.redaction import redact
 
 log = logging.getLogger(__name__)
 
+# What a refused call means and what to do about it (log lines of cause "forbidden").
+FORBIDDEN_HINT = ("; a restricted API (tritonserver --http-restricted-api): configure its header "
+                  "(--header NAME=VALUE or the spec target's headers)")
 # Series names that prove `--metrics-config summary_latencies=true` (metrics.md "Summaries").
 SUMMARY_MARKER = b"_summary_us"
 
@@ -134,11 +137,14 @@ class TritonReader:
         started = time.monotonic()
         errors: list[PollError] = []
         live = await self._call("live", lambda: self._ok("GET", "/v2/health/live"), errors)
-        snap = TritonSnapshot(self.target.name, up=not isinstance(live, _Failed), errors=errors)
+        # A refusal (401/403: --http-restricted-api covering health, without or with a wrong header) is an
+        # answer: the server is up, and whether it is live is unknown (absent), not "not live".
+        answered = not isinstance(live, _Failed) or live.cause == "forbidden"
+        snap = TritonSnapshot(self.target.name, up=answered, errors=errors)
         if not snap.up:
             self.configs.clear()  # a restart may bring other configurations with the same versions
         else:
-            snap.live = bool(live)
+            snap.live = None if isinstance(live, _Failed) else bool(live)
             ready, index, stats, summaries = await asyncio.gather(
                 self._call("ready", lambda: self._ok("GET", "/v2/health/ready"), errors),
                 self._call("index", lambda: self._json("POST", "/v2/repository/index", b"{}"), errors),
@@ -191,9 +197,13 @@ class TritonReader:
             return _Failed("bad_response")
 
     async def _ok(self, method: str, path: str) -> bool:
-        """True when `path` answers 200 (health: 400 means not live/ready; any answer means up)."""
+        """True when `path` answers 200 (health: 400 means not live/ready; any answer means up). Raises
+        HttpStatusError on 401/403: Triton's answer to a restricted API (`--http-restricted-api`, protocol
+        docs "restricted APIs") called without its header, which says nothing about health."""
         async with self._session.request(method, self._base + path) as resp:
-            await read_capped(resp, self.target.max_answer_bytes)
+            body = await read_capped(resp, self.target.max_answer_bytes)
+            if resp.status in (401, 403):
+                raise HttpStatusError(resp.status, error_text(body))
             return resp.status == 200
 
     async def _json(self, method: str, path: str, data: bytes | None = None) -> object:
@@ -240,8 +250,9 @@ class TritonReader:
             key = (err.endpoint, err.cause, err.subject, err.entry)
             failing.add(key)
             if key not in self._failing:
-                log.warning("triton %s: %s call%s failed (%s): %s", self.target.name, err.endpoint,
-                            _about(err.subject, err.entry), err.cause, one_line(err.detail))
+                log.warning("triton %s: %s call%s failed (%s): %s%s", self.target.name, err.endpoint,
+                            _about(err.subject, err.entry), err.cause, one_line(err.detail),
+                            FORBIDDEN_HINT if err.cause == "forbidden" else "")
         for endpoint, cause, subject, entry in sorted(self._failing - failing):
             log.info("triton %s: %s call%s recovered from %s", self.target.name, endpoint, _about(subject, entry),
                      cause)

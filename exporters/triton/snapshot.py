@@ -75,7 +75,8 @@ class TritonSnapshot:
     """Everything one poll of one Triton learned. Absent parts (None / empty) were not learned this poll.
 
     - `up`: the collector got an HTTP answer from /v2/health/live.
-    - `live`/`ready`: those endpoints answered 200 (None when `up` is False).
+    - `live`/`ready`: those endpoints answered 200 (None when `up` is False, or when the call was refused:
+      a restricted health API without its header, cause `forbidden`).
     - `models`: loaded or failed versions (deliberately unloaded and never-loaded ones are left out).
     - `configs`: per model name (the last configuration read; see configcache.py).
     - `stats`: per (model, version) its statistics (None: the statistics call failed this poll).
