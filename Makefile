@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 ARGS ?=
 SEED ?=
 
-.PHONY: test test-fast lint demo chaos install system-deps bench aiperf-venv litellm-venv generate check-generated clean
+.PHONY: test test-fast test-loaded lint demo chaos install system-deps bench aiperf-venv litellm-venv generate check-generated clean
 
 install: $(STAMP)
 
@@ -36,6 +36,17 @@ system-deps:
 # Everything but the HA chaos scenario (`make chaos`, about four minutes), so the suite stays under 20 minutes.
 test: install system-deps check-generated
 	$(BIN)/pytest -m "not chaos" $(PYTEST_ARGS)
+
+# The same suite with one core kept busy, as on a developer's machine doing other work: a CPU burner starts
+# first and stops on any exit of the recipe (trap), pass, failure or Ctrl-C; the burner also leaves by itself
+# when this shell dies (it spins on its parent pid). Prints the exit status and the wall time.
+test-loaded: install system-deps check-generated
+	@$(PYTHON) -c 'import itertools, os; p = os.getppid(); any(os.getppid() != p for _ in itertools.count())' & \
+	burner=$$!; \
+	trap 'kill $$burner 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	echo "test-loaded: CPU burner pid $$burner keeps one core busy"; start=$$(date +%s); \
+	$(BIN)/pytest -m "not chaos" $(PYTEST_ARGS); rc=$$?; \
+	echo "test-loaded: pytest exit $$rc, wall $$(( $$(date +%s) - start )) s (one core busy)"; exit $$rc
 
 # ruff (rules in pyproject.toml) on every Python file, then mypy on the package. The package maps its component
 # folders (exporters/, rules/, dashboards/, notifier/) into inferwatch.* (pyproject package-dir), which mypy cannot

@@ -9,7 +9,9 @@ other cores.
 
 A pool process that dies (OOM-killed) breaks the pool: the send in flight is reported as a retryable
 `provider_error` and a new pool is started for the next one. A pool process whose notifier died (SIGKILL)
-exits within a second.
+exits with it (inferwatch.lifetime: the kernel's parent-death signal, else within PARENT_POLL_S); the
+notifier's pid is handed to each process by the notifier, never read by the process itself, which under load
+may start after its notifier died and would then watch its adoptive parent forever.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import multiprocessing
 import os
 import signal
 import threading
-import time
 
+from inferwatch.lifetime import die_with_parent
 from inferwatch.notifier.channels import build_channel
 from inferwatch.notifier.channels.base import Channel, DeliveryResult
 from inferwatch.notifier.model import Notification
@@ -46,30 +48,23 @@ class ThreadSender:
 _channels: dict[str, Channel] = {}  # in a pool process
 
 
-PARENT_CHECK_S = 1.0
 SEND_NICENESS = 5  # below the intake: under CPU contention, accepting alerts (Alertmanager waits) comes first
 
 
-def _start_process(spec: Spec, level: int) -> None:
+def _start_process(spec: Spec, level: int, parent: int) -> None:
     from inferwatch.cli import setup_logging
 
+    # The threads that spawn the pool (the sender's owner; a send thread after a broken pool) live until the
+    # pool closes, so the parent-death signal is safe to arm here (inferwatch.lifetime).
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent stops the pool
     try:
         os.nice(SEND_NICENESS)
     except OSError:
         pass
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
     setup_logging(verbose=level <= logging.DEBUG)
     logging.getLogger().setLevel(level)
     _channels.update({name: build_channel(name, c) for name, c in spec.channels.items()})
-
-
-def _exit_with_parent(parent: int) -> None:
-    """A notifier killed with SIGKILL cannot stop its pool: each send process leaves when its parent is gone
-    (its parent pid changes), so no orphan keeps running."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_S)
-    os._exit(0)
 
 
 def _send_in_process(name: str, notification: Notification) -> DeliveryResult:
@@ -88,7 +83,7 @@ class ProcessSender:
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         pool = concurrent.futures.ProcessPoolExecutor(
             self.processes, mp_context=multiprocessing.get_context("spawn"), initializer=_start_process,
-            initargs=(self.spec, logging.getLogger().getEffectiveLevel()))
+            initargs=(self.spec, logging.getLogger().getEffectiveLevel(), os.getpid()))
         # Start every process now (in the background), not when the first alert must go out.
         for _ in range(self.processes):
             pool.submit(os.getpid)

@@ -162,6 +162,15 @@ class IdleAttack:
                         sel.register(new, selectors.EVENT_READ)
                         self.reopened += 1
 
+    def wait_shedding(self, timeout: float = 30.0) -> None:
+        """Until the server closed one of these connections: it is at its cap, shedding (a fixed second was not
+        enough on a loaded machine). AssertionError naming what was awaited after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while self.reopened == 0:
+            assert time.monotonic() < deadline, (f"timed out after {timeout}s waiting for the server at "
+                                                 f"{self.addr} to close an idle connection (at its cap)")
+            time.sleep(0.05)
+
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(10)
@@ -232,7 +241,7 @@ def scrape_under_attack(pid: int, host: str, port: int, path: str, expect: str, 
     ok, failures = 0, []
     with Sampler(pid) as sampler, IdleAttack(host, port, IDLE_CONNECTIONS) as idle, \
             SlowLoris(host, port, SLOW_LORIS, path) as slow:
-        time.sleep(1.0)  # the server is at its cap, shedding
+        idle.wait_shedding()
         for _ in range(scrapes):
             try:
                 r = requests.get(f"http://{host}:{port}{path}", headers={"Connection": "close"}, timeout=10)

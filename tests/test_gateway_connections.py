@@ -116,14 +116,16 @@ def test_streams_go_through_while_1100_idle_and_slow_connections_hold_a_1024_fd_
         host, port = "127.0.0.1", gw.port
         results = []
         with IdleAttack(host, port, IDLE_CONNECTIONS) as attack, SlowLoris(port, SLOW_LORIS) as loris:
-            time.sleep(1.0)  # the gateway is at its cap, closing the connections idle longest
+            attack.wait_shedding()  # the gateway is at its cap, closing the connections idle longest
             for i in range(STREAMS):
                 try:
                     results.append(_stream(gw.url, i))
                 except requests.RequestException as exc:
                     results.append((type(exc).__name__, b""))
                 time.sleep(0.1)
-            time.sleep(2.5)  # past the header timeout: the slow-loris connections are closed
+            # Past the header timeout, or by the cap: every slow-loris connection closed at least once.
+            wait_until(lambda: loris.closed >= SLOW_LORIS, timeout=30,
+                       what=f"the gateway to close each of the {SLOW_LORIS} slow-loris connections")
             held, reopened, loris_closed = len(attack.socks), attack.reopened, loris.closed
         whole = sum(1 for status, body in results if status == 200 and body == b"".join(EVENTS))
         metered = [u for i in range(STREAMS) for u in gw.usages(tenant=f"s{i}", outcome="ok", output_tokens=8)]
@@ -263,7 +265,8 @@ def test_cap_closes_the_connection_idle_longest_first_and_never_a_request_in_pro
         time.sleep(0.01)
     newer = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(3)]
     try:
-        time.sleep(0.5)
+        wait_until(lambda: len([s for s in idle + newer if _answered(s)]) >= 3,
+                   what="the gateway to close three connections (the three above the cap)")
         gone = [i for i, s in enumerate(idle + newer) if _answered(s)]
         assert gone == [0, 1, 2]  # the three idle longest, for the three above the cap
         streaming.join(20)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import socket
 import sys
-import time
 
 import pytest
 import requests
@@ -27,7 +26,7 @@ from connection_attack import (
     service_process,
     summary,
 )
-from gpu_support import FakeClock, samples
+from gpu_support import FakeClock, samples, wait_until
 from inferwatch.cli import UsageError, build_parser
 from inferwatch.connections import connection_cap
 from inferwatch.exporters.gpu.collector import GpuCollector
@@ -58,11 +57,14 @@ def test_scrapes_succeed_while_1100_idle_and_slow_loris_connections_hold_a_1024_
         cap = connection_cap(Bounds().max_connections, FD_LIMIT)
         print(summary("GPU exporter", figures, cap))
         assert_held(figures, cap, HEADER_TIMEOUT_S)
-        time.sleep(1.5)  # the connection counters are rendered with the next collection
-        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        # The connection counters are rendered with the next collection (1s): wait for it, not for a second.
         name = "inferwatch_gpu_exporter_http_connections_closed_total"
-        assert _counter(text, name, "connection_cap") > 0
-        assert _counter(text, name, "header_timeout") >= SLOW_LORIS
+
+        def counted() -> bool:
+            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            return _counter(text, name, "connection_cap") > 0 and _counter(text, name, "header_timeout") >= SLOW_LORIS
+
+        wait_until(counted, f"{name} to count the cap's closes and {SLOW_LORIS} header timeouts", limit_s=30)
     assert_logged_once_per_condition(stderr_path.read_text())
 
 

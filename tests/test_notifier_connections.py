@@ -42,7 +42,7 @@ def test_posts_are_accepted_while_1100_idle_connections_hold_a_1024_fd_notifier(
         codes = []
         host, port = url.rsplit("/", 1)[1].split(":")
         with IdleAttack(host, int(port), IDLE_CONNECTIONS) as attack:
-            time.sleep(1.0)  # the notifier is at its cap, shedding
+            attack.wait_shedding()  # the notifier is at its cap
             for i in range(POSTS):
                 try:
                     r = requests.post(url + "/alerts", json=webhook(f"UnderAttack{i}", "L2", group=f"attack-{i}"),

@@ -16,7 +16,10 @@ own thread, the only one that touches the registry (the CLI's case: serve(forked
 processes where other threads read it too), so no metric lock can be held in the child, and the child only
 reads memory and leaves with os._exit (no cleanup, no logging, no I/O but the pipe).
 Process metrics (`process_*`) are the gateway's own (ProcessCollector reads the parent's pid).
-One render runs at a time; a child that does not answer within RENDER_TIMEOUT_S is killed (answer 503).
+One render runs at a time; a child that does not answer within RENDER_TIMEOUT_S is killed (answer 503). A
+child whose gateway died (SIGKILL) dies with it: the parent-death signal (inferwatch.lifetime; the loop's
+thread that forks it lives as long as the gateway) and, everywhere, the pipe: its write fails once the reader
+is gone.
 Where os.fork does not exist, the handler renders in place.
 """
 
@@ -30,6 +33,8 @@ import signal
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
+
+from inferwatch.lifetime import die_with_parent
 
 RENDER_TIMEOUT_S = 10.0
 
@@ -59,10 +64,12 @@ def metrics_handler(registry: CollectorRegistry, forked: bool = True):
 async def _forked(render, request: web.Request):
     """(status, headers, body, compress) of `render(request)` run in a forked child."""
     read_fd, write_fd = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: render, send, leave without running any cleanup of the parent's state
         code = 1
         try:
+            die_with_parent(parent, watch=False, code=1)  # no thread: this child lives for one render
             os.close(read_fd)
             coro = render(request)
             try:

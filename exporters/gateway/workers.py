@@ -19,7 +19,9 @@ How:
   supervisor (Kubernetes, systemd) restarts it whole (a half-sized gateway would hide the fault); a worker
   that stopped cleanly (SIGTERM sent to the whole process group) stops the gateway with exit code 0;
 - SIGTERM/SIGINT to the parent stops the workers (each closes its connections as the single-process
-  gateway does) and then the parent.
+  gateway does) and then the parent; a parent that dies without stopping them (SIGKILL, the OOM killer)
+  takes them with it (inferwatch.lifetime: the parent-death signal, and the parent pid polled), so no worker
+  keeps the port and serves on alone.
 The usage log is opened by each worker in append mode; one record is one write, so lines never mix.
 """
 
@@ -37,6 +39,8 @@ from typing import Awaitable, Callable
 from prometheus_client import CollectorRegistry, multiprocess, values
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from inferwatch.lifetime import die_with_parent
 
 log = logging.getLogger(__name__)
 _READY = b"r"
@@ -89,10 +93,12 @@ def run_workers(count: int, start_worker: Callable[[], None],
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     live: set[int] = set()
     ready_r, ready_w = os.pipe()
+    parent = os.getpid()
     try:
         for index in range(count):
             pid = os.fork()
             if pid == 0:
+                die_with_parent(parent)  # forked by this (main) thread, which lives as long as the gateway
                 os.close(ready_r)
                 _worker_main(index, start_worker, ready_w)  # never returns
             live.add(pid)

@@ -3,6 +3,7 @@
 Triton, Prometheus and Alertmanager come from inferwatch.testing; the gateway, the Triton collector, the GPU
 exporter and the notifier are `python -m inferwatch ...` processes started the way a user would start them.
 Only the channel providers (PagerDuty, Slack, WeCom) are simulated, in-process (inferwatch/testing/channels.py).
+Every process runs on a lifeline (inferwatch.lifetime): a demo killed with SIGKILL leaves none behind.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class DemoStack:
         process = ManagedProcess(name, [sys.executable, "-m", "inferwatch", *args],
                                  self.config.workdir / "logs" / f"{name}.log",
                                  ready=lambda: http_ok(ready_url), env={**os.environ, **(env or {})},
-                                 cwd=str(self.config.workdir))
+                                 cwd=str(self.config.workdir), lifeline=True)
         process.start(timeout=START_TIMEOUT_S)
         return Service(name, what, urls, process.stop, lambda: process.running, process.log_path)
 
@@ -118,7 +119,7 @@ class DemoStack:
             server = start_triton(w / "triton", EXAMPLE_MODEL_REPOSITORY, http_port=p.triton_http,
                                   metrics_port=p.triton_metrics, ready_path="/v2/health/ready",
                                   metrics_interval_ms=c.spec.targets.triton[0].metrics_interval_ms,
-                                  timeout=START_TIMEOUT_S)
+                                  timeout=START_TIMEOUT_S, lifeline=True)
             return Service("triton", "Triton 2.51 (real tritonserver, CPU): classifier, toy_llm",
                            {"HTTP": server.url, "metrics": server.metrics_url}, server.stop,
                            lambda: server.process.running, server.process.log_path)
@@ -155,12 +156,14 @@ class DemoStack:
                              env=env)
 
         def alertmanager() -> Service:
-            server = start_alertmanager(w, c.alertmanager_config, port=p.alertmanager, timeout=START_TIMEOUT_S)
+            server = start_alertmanager(w, c.alertmanager_config, port=p.alertmanager, timeout=START_TIMEOUT_S,
+                                        lifeline=True)
             return Service("alertmanager", "Alertmanager (real)", {"UI": server.url}, server.stop,
                            lambda: server.process.running, server.process.log_path)
 
         def prometheus() -> Service:
-            server = start_prometheus(w, c.prometheus_config, port=p.prometheus, timeout=START_TIMEOUT_S)
+            server = start_prometheus(w, c.prometheus_config, port=p.prometheus, timeout=START_TIMEOUT_S,
+                                      lifeline=True)
             return Service("prometheus", "Prometheus (real) with the generated rules", {"UI": server.url},
                            server.stop, lambda: server.process.running, server.process.log_path)
 

@@ -52,7 +52,8 @@ class AlertmanagerServer:
 
 def start_alertmanager(workdir: Path, config_path: Path, *, port: int | None = None,
                        extra_args: list[str] | None = None, timeout: float = 60.0,
-                       cluster: list[str] | None = None, name: str = "alertmanager") -> AlertmanagerServer:
+                       cluster: list[str] | None = None, name: str = "alertmanager",
+                       lifeline: bool = False) -> AlertmanagerServer:
     """Start Alertmanager with `config_path`; ready when /-/ready answers 200. `cluster`: its clustering flags
     (alertmanager_config.peer_flags); default clustering off. `name` names its data folder and log."""
     binary = require_binary("prometheus-alertmanager", INSTALL_HINT)
@@ -62,7 +63,8 @@ def start_alertmanager(workdir: Path, config_path: Path, *, port: int | None = N
             f"--web.listen-address=127.0.0.1:{port}", *(cluster or ["--cluster.listen-address="]),
             "--log.level=warn"] + list(extra_args or [])
     url = f"http://127.0.0.1:{port}"
-    process = ManagedProcess(name, argv, workdir / f"{name}.log", ready=lambda: http_ok(url + "/-/ready"))
+    process = ManagedProcess(name, argv, workdir / f"{name}.log", ready=lambda: http_ok(url + "/-/ready"),
+                             lifeline=lifeline)
     process.start(timeout=timeout)
     return AlertmanagerServer(process, port, Path(config_path))
 

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import requests
 
 from inferwatch.errors import StackError
+from inferwatch.lifetime import lifeline_argv
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,18 @@ def http_ok(url: str, headers: dict | None = None, timeout: float = 1.0) -> bool
 
 
 class ManagedProcess:
-    """A child process whose stdout/stderr go to `log_path`, ready when `ready()` returns True."""
+    """A child process whose stdout/stderr go to `log_path`, ready when `ready()` returns True.
+
+    `lifeline=True` runs it under inferwatch.lifetime's supervisor, so it and everything it starts die
+    when this process dies, however (SIGKILL included), and whichever thread started it; `proc` is then
+    the supervisor (same process group, same exit status, stop signals forwarded), so read a program's own
+    resources (/proc, psutil) only without it."""
 
     def __init__(self, name: str, argv: Sequence[str], log_path: Path, ready: Callable[[], bool],
-                 env: dict | None = None, cwd: str | None = None):
+                 env: dict | None = None, cwd: str | None = None, lifeline: bool = False):
         self.name = name
+        self.lifeline = lifeline
+        self._lifeline_w: int | None = None
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self._ready = ready
@@ -62,10 +70,20 @@ class ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log.info("starting %s: %s", self.name, " ".join(self.argv))
         logf = open(self.log_path, "ab")
+        argv, pass_fds = self.argv, ()
+        if self.lifeline:
+            self._close_lifeline()
+            # Only this process holds the write end (pipes are close-on-exec): its death is the EOF.
+            read_fd, self._lifeline_w = os.pipe()
+            argv, pass_fds = lifeline_argv(self.argv, read_fd), (read_fd,)
         # A new session so that stop() can signal the whole process group (Triton's backend stubs too).
-        self.proc = subprocess.Popen(self.argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env, cwd=self.cwd, start_new_session=True)
-        logf.close()
+        try:
+            self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds)
+        finally:
+            logf.close()
+            for fd in pass_fds:
+                os.close(fd)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -120,7 +138,13 @@ class ManagedProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        self._close_lifeline()
         log.info("%s stopped", self.name)
+
+    def _close_lifeline(self) -> None:
+        if self._lifeline_w is not None:
+            os.close(self._lifeline_w)
+            self._lifeline_w = None
 
     def __enter__(self) -> "ManagedProcess":
         return self.start()

@@ -71,7 +71,8 @@ def write_config(path: Path, scrape_configs: list[dict], *, rule_files: list[str
 
 def start_prometheus(workdir: Path, config_path: Path, *, port: int | None = None,
                      extra_args: list[str] | None = None, timeout: float = 60.0,
-                     storage_path: Path | None = None, name: str = "prometheus") -> PrometheusServer:
+                     storage_path: Path | None = None, name: str = "prometheus",
+                     lifeline: bool = False) -> PrometheusServer:
     """Start Prometheus with `config_path` on a free loopback port; ready when /-/ready answers 200.
 
     `storage_path`: an existing TSDB directory to serve (e.g. blocks written by
@@ -85,7 +86,8 @@ def start_prometheus(workdir: Path, config_path: Path, *, port: int | None = Non
             f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
             "--web.enable-admin-api", "--log.level=warn"] + list(extra_args or [])
     url = f"http://127.0.0.1:{port}"
-    process = ManagedProcess(name, argv, workdir / f"{name}.log", ready=lambda: http_ok(url + "/-/ready"))
+    process = ManagedProcess(name, argv, workdir / f"{name}.log", ready=lambda: http_ok(url + "/-/ready"),
+                             lifeline=lifeline)
     process.start(timeout=timeout)
     return PrometheusServer(process, port, Path(config_path))
 

@@ -115,13 +115,14 @@ def start_triton(workdir: Path, model_repository: Path = EXAMPLE_MODEL_REPOSITOR
                  extra_args: list[str] | None = None, metrics_interval_ms: int = 1000,
                  ready_path: str = "/v2/health/live", timeout: float = 120.0,
                  http_port: int | None = None, metrics_port: int | None = None,
-                 summary_latencies: bool = True) -> TritonServer:
+                 summary_latencies: bool = True, lifeline: bool = False) -> TritonServer:
     """Start tritonserver on free loopback ports and wait until `ready_path` answers 200.
 
     `ready_path` defaults to liveness: with strict readiness a repository holding a model that fails to
     load never becomes ready, and tests of that case still need a running server.
     `summary_latencies=False` leaves summaries off (Triton's default), e.g. to test the fallback to averages;
     a later `--metrics-config=summary_latencies=false` in extra_args does not undo an earlier `true`.
+    `lifeline=True`: it dies with this process, however this process dies (ManagedProcess).
     Raises StackError (with the install command) when the binary is missing, or the log tail on failure.
     """
     workdir = Path(workdir)
@@ -134,6 +135,7 @@ def start_triton(workdir: Path, model_repository: Path = EXAMPLE_MODEL_REPOSITOR
                        extra_args=["--allow-gpu-metrics=false", "--log-verbose=0", *(extra_args or [])])
     url = f"http://127.0.0.1:{http_port}"
     process = ManagedProcess("tritonserver", argv, workdir / "tritonserver.log",
-                             ready=lambda: http_ok(url + ready_path), env=server_env())
+                             ready=lambda: http_ok(url + ready_path), env=server_env(),
+                             lifeline=lifeline)
     process.start(timeout=timeout)
     return TritonServer(process, http_port, grpc_port, metrics_port)
