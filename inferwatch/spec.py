@@ -16,6 +16,7 @@ from typing import Any
 
 from inferwatch.redaction import address
 from inferwatch.specload import Duration, Secret, SpecError, build, field, load_yaml
+from inferwatch.upstreams import Upstream, validate_upstreams
 
 __all__ = ["Spec", "SpecError", "ClusterSettings", "CentralStore", "Duration", "Secret", "load_spec",
            "DEFAULT_SPEC_PATH"]
@@ -769,6 +770,8 @@ class Spec:
     layers: Layers = field(Layers)
     tenants: list[str] = field([], doc="declared tenants; any other X-Tenant-ID folds into 'other'")
     models: list[str] = field([], doc="declared models for gateway labels; others fold into 'other'")
+    upstreams: dict[str, Upstream] = field({}, doc="the servers behind the gateway and the models each serves "
+                                                   "(inferwatch/upstreams.py); none: every model is Triton's")
     tiers: dict[str, Tier] = field({"realtime": Tier(), "standard": Tier(ttft_p95_seconds=1.0),
                                     "batch": Tier(ttft_p95_seconds=10.0, ttft_slo_seconds=20.0)})
     gateway: GatewaySettings = field(GatewaySettings)
@@ -816,6 +819,7 @@ class Spec:
             if name not in self.channels:
                 raise SpecError("notifier.unrouted_receivers",
                                 f"unknown channel {name!r} (declared: {', '.join(self.channels) or 'none'})")
+        validate_upstreams(self)
 
     # Helpers shared by the exporters and generators -------------------------------------------------
     @property
