@@ -61,11 +61,18 @@ def vmalert_command(spec: Spec, rule_files: str) -> list[str]:
     """vmalert over the store: the rule files (a glob), recorded series and `ALERTS` written back (and read
     on restart to restore the `for` state), alerts to Alertmanager, at the spec's evaluation interval. No
     external label: each alert's cluster comes from its series; no `alertgroup` label either (vmalert adds
-    the group's name by default; Prometheus' alerts have none, and routing must not depend on which runs)."""
+    the group's name by default; Prometheus' alerts have none, and routing must not depend on which runs).
+
+    `-datasource.queryStep` is the evaluation interval: vmalert sends it as each query's `step`, which
+    VictoriaMetrics uses as the default step of a subquery (`changes((...)[5m:])` in GpuXidCritical) and as
+    how far back a missing sample is looked for. At vmalert's default (5m) a subquery over 5m holds one
+    point, `changes()` of it is 0 and an XID change is missed; Prometheus steps a subquery by its evaluation
+    interval, so the same step gives the same answer in both."""
     url = spec.central_store.url.rstrip("/")
+    interval = spec.prometheus.evaluation_interval
     return ["vmalert", f"-rule={rule_files}", f"-datasource.url={url}", f"-remoteWrite.url={url}",
             f"-remoteRead.url={url}", f"-notifier.url={spec.targets.alertmanager.rstrip('/')}",
-            f"-evaluationInterval={spec.prometheus.evaluation_interval}", "-disableAlertgroupLabel"]
+            f"-evaluationInterval={interval}", f"-datasource.queryStep={interval}", "-disableAlertgroupLabel"]
 
 
 def outputs(spec: Spec) -> dict[str, str]:

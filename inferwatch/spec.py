@@ -16,6 +16,7 @@ from typing import Any
 
 from inferwatch.redaction import address
 from inferwatch.specload import Duration, Secret, SpecError, build, field, load_yaml
+from inferwatch.upstreams import Upstream, validate_upstreams
 
 __all__ = ["Spec", "SpecError", "ClusterSettings", "CentralStore", "Duration", "Secret", "load_spec",
            "DEFAULT_SPEC_PATH"]
@@ -581,6 +582,10 @@ class KubernetesTriton:
     selector: dict[str, str] = field({"app.kubernetes.io/name": "triton"}, doc="labels of Triton's Service")
     headers: dict[str, Secret] = field({}, doc="request headers for the collector, e.g. "
                                                "triton-access-token: ${TRITON_ACCESS_TOKEN}")
+    monitor: bool = field(True, doc="generate the ServiceMonitor scraping Triton's metrics; false where your "
+                                    "own monitor scrapes them already (no second scrape of the same pods): "
+                                    "selectors.triton then defaults to its Service's namespace and service "
+                                    "labels (docs/own-stack.md)")
 
     def _validate(self, path: str) -> None:
         import re
@@ -615,6 +620,10 @@ class KubernetesSettings:
     gpu_exporter: bool = field(True, doc="deploy inferwatch's GPU exporter (DaemonSet and PodMonitor); false where "
                                          "dcgm-exporter (the GPU Operator's) is the GPU source, selectors.gpu "
                                          "picking its series")
+    prometheus_replica_label: str = field(
+        "prometheus_replica", doc="the external label your kube-prometheus-stack names each Prometheus replica "
+                                  "with (its replicaExternalLabelName; the chart's default), kept in the generated "
+                                  "values so applying them changes no label of the alerts it already sends")
     gateway_max_replicas: int = field(10, doc="autoscaler maximum (minimum: workloads.gateway.replicas)")
     gateway_target_cpu_percent: int = field(70, doc="autoscaler target: average CPU use / request")
     notifier_storage: str = field("1Gi", doc="PersistentVolumeClaim size of each notifier's outbox")
@@ -631,6 +640,12 @@ class KubernetesSettings:
         return KubernetesWorkload(given.replicas or default.replicas, resources)
 
     def _validate(self, path: str) -> None:
+        import re
+
+        if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", self.prometheus_replica_label) \
+                or self.prometheus_replica_label.startswith("__"):
+            raise SpecError(f"{path}.prometheus_replica_label",
+                            f"expected a label name, got {self.prometheus_replica_label!r}")
         unknown = sorted(set(self.workloads) - set(KUBERNETES_WORKLOADS))
         if unknown:
             raise SpecError(f"{path}.workloads.{unknown[0]}",
@@ -775,6 +790,8 @@ class Spec:
     layers: Layers = field(Layers)
     tenants: list[str] = field([], doc="declared tenants; any other X-Tenant-ID folds into 'other'")
     models: list[str] = field([], doc="declared models for gateway labels; others fold into 'other'")
+    upstreams: dict[str, Upstream] = field({}, doc="the servers behind the gateway and the models each serves "
+                                                   "(inferwatch/upstreams.py); none: every model is Triton's")
     tiers: dict[str, Tier] = field({"realtime": Tier(), "standard": Tier(ttft_p95_seconds=1.0),
                                     "batch": Tier(ttft_p95_seconds=10.0, ttft_slo_seconds=20.0)})
     gateway: GatewaySettings = field(GatewaySettings)
@@ -822,6 +839,13 @@ class Spec:
             if name not in self.channels:
                 raise SpecError("notifier.unrouted_receivers",
                                 f"unknown channel {name!r} (declared: {', '.join(self.channels) or 'none'})")
+        validate_upstreams(self)
+        from inferwatch.selectors import default_selector
+
+        triton = self.kubernetes.triton
+        if not triton.monitor and self.selectors.triton == default_selector("triton"):
+            # The user's ServiceMonitor: the operator labels its targets with the Service's namespace and name.
+            self.selectors.triton = f'namespace="{triton.namespace}", service="{triton.service}"'
 
     # Helpers shared by the exporters and generators -------------------------------------------------
     @property

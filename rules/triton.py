@@ -39,6 +39,7 @@ from inferwatch.rules.llm import REQUESTS as LLM_REQUESTS
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector, go_string
 from inferwatch.spec import Spec
+from inferwatch.upstreams import triton_models
 
 MV = by(MODEL_VERSION)
 SUCCESS = "model_version:nv_inference_request_success:rate"
@@ -193,13 +194,15 @@ def not_loaded(spec: Spec, src: Sources) -> list[Alert]:
     reason "unloaded" (an explicit unload) and models it never loaded, so their series are gone and
     TritonModelNotReady cannot see them; a model Triton still lists but not READY (a failed load) is
     TritonModelNotReady's, so one fault pages once. A model the spec does not list may be unloaded silently.
-    Labels: `model` (and the cluster's). No alert when the spec lists no model or every Triton is down
-    (TritonServerDown)."""
-    if not spec.models:
+    Labels: `model` (and the cluster's). Only models served by Triton (inferwatch.upstreams: a model of an
+    OpenAI-compatible upstream is never in Triton's repository). No alert when the spec lists no Triton model
+    or every Triton is down (TritonServerDown)."""
+    models = triton_models(spec)
+    if not models:
         return []
     answering = f"group by () ({src.collector('inferwatch_triton_up')} == 1)"
-    listed = "\nor\n".join(f'label_replace({answering}, "model", "{go_string(m)}", "", "")' for m in spec.models)
-    names = f'model=~"{go_string(regex_alternation(spec.models))}"'
+    listed = "\nor\n".join(f'label_replace({answering}, "model", "{go_string(m)}", "", "")' for m in models)
+    names = f'model=~"{go_string(regex_alternation(models))}"'
     known = f'group by (model) ({src.collector("inferwatch_triton_model_ready", names)})'
     cluster, cluster_arg = _in_cluster(spec)
     rate = go_string(f"sum({GATEWAY_REQUESTS}{{{','.join(m for m in (cluster, 'model=%q') if m)}}}) > 0")

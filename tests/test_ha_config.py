@@ -180,7 +180,7 @@ def test_kubernetes_objects_carry_the_same_topology(files, spec):
     assert federate["honorLabels"] and federate["path"] == "/federate"
     values = yaml.safe_load(base[VALUES_FILE])
     prometheus, alertmanager = values["prometheus"]["prometheusSpec"], values["alertmanager"]["alertmanagerSpec"]
-    assert (prometheus["replicas"], prometheus["replicaExternalLabelName"]) == (2, "replica")
+    assert (prometheus["replicas"], prometheus["replicaExternalLabelName"]) == (2, "prometheus_replica")
     assert (alertmanager["replicas"], alertmanager["clusterPeerTimeout"]) == (3, "5s")
     for kind, fragment in (("prometheus", prometheus), ("alertmanager", alertmanager)):
         schema = _crd(kind)

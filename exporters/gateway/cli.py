@@ -18,9 +18,11 @@ def register(subparsers) -> None:
                     "/v1/chat/completions and /v1/completions, and Triton generate/generate_stream (every model) "
                     "or, when the spec lists gateway.llm_models, generate/generate_stream/infer of those models; "
                     "serves gateway_* metrics on --metrics-port.")
-    p.add_argument("--upstream", required=True, metavar="URL",
+    p.add_argument("--upstream", action="append", default=[], metavar="URL",
                    help="base URL requests are forwarded to, e.g. http://triton:8000; user:password@ in it is "
-                        "sent as HTTP Basic auth and never logged")
+                        "sent as HTTP Basic auth and never logged. With the spec's `upstreams` (several "
+                        "servers, one chosen per request by path prefix or model): optional, NAME=URL replaces "
+                        "that upstream's URL (to add credentials), repeatable")
     add_service_args(p, 8080)
     p.add_argument("--metrics-port", type=port, default=9402,
                    help="port serving /metrics on the same --host, 1-65535 (default 9402)")
@@ -46,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
     from inferwatch.exporters.gateway.proxy import Proxy
     from inferwatch.exporters.gateway.server import run_forever, usage_writer
 
-    check_upstream(args.upstream)
     if args.port == args.metrics_port:
         raise UsageError(f"--port and --metrics-port must differ (both {args.port})")
     if args.grpc_upstream is not None:
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         if args.grpc_port in (args.port, args.metrics_port):
             raise UsageError(f"--grpc-port must differ from --port and --metrics-port (all {args.grpc_port})")
     spec = load_spec(args.spec)
+    urls = upstream_urls(spec, args.upstream)
     tls = grpc_tls(spec) if args.grpc_upstream is not None else None
 
     def grpc_kwargs(gateway) -> dict:
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         cert, key = tls if tls is not None else (None, None)
         return {"grpc_proxy": GrpcProxy(gateway, args.grpc_upstream, certificate=cert, private_key=key),
                 "grpc_port": args.grpc_port}
+
     sink = None
     if args.usage_log:
         try:
@@ -71,9 +74,17 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--usage-log: cannot open {args.usage_log}: {exc.strerror}") from None
         sink = usage_writer(stream)
+
+    def handler(gateway):
+        if isinstance(urls, str):
+            return Proxy(gateway, urls)
+        from inferwatch.exporters.gateway.router import Router
+
+        return Router(gateway, urls)
+
     if args.workers == 1:
         gateway = Gateway(spec, usage_sink=sink)
-        run_forever(Proxy(gateway, args.upstream), args.host, args.port, args.metrics_port, **grpc_kwargs(gateway))
+        run_forever(handler(gateway), args.host, args.port, args.metrics_port, **grpc_kwargs(gateway))
         return 0
     import asyncio
 
@@ -83,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     def start_worker() -> None:
         # Built in the worker, after the fork: its metrics must be the multiprocess kind (workers.py).
         gateway = Gateway(spec, usage_sink=sink)
-        run_forever(Proxy(gateway, args.upstream), args.host, args.port, None, reuse_port=True,
+        run_forever(handler(gateway), args.host, args.port, None, reuse_port=True,
                     on_ready=lambda *_: worker_ready(), **grpc_kwargs(gateway))
 
     def metrics(registry, stop: asyncio.Event):
@@ -100,6 +111,29 @@ def _workers(text: str) -> int:
     if not 1 <= value <= 64:
         raise argparse.ArgumentTypeError(f"expected a number of workers 1-64, got {value}")
     return value
+
+
+def upstream_urls(spec, given: list[str]) -> str | dict[str, str]:
+    """The one upstream URL (no `upstreams` in the spec: exactly one --upstream URL), or every upstream's
+    URL by name: the spec's, replaced by each `--upstream NAME=URL`. Raises UsageError (never echoing a URL:
+    it may hold credentials)."""
+    if not spec.upstreams:
+        if len(given) != 1:
+            raise UsageError("--upstream: expected one URL (or list several servers in the spec's `upstreams`)")
+        check_upstream(given[0])
+        return given[0]
+    urls = {name: up.url for name, up in spec.upstreams.items()}
+    for value in given:
+        name, sep, url = value.partition("=")
+        if not sep or "://" in name:
+            raise UsageError("--upstream: with the spec's `upstreams`, expected NAME=URL (the value given is not "
+                             "shown: it may hold credentials)")
+        if name not in urls:
+            raise UsageError(f"--upstream: {name!r} is not in the spec's upstreams "
+                             f"({', '.join(spec.upstreams)})")
+        check_upstream(url)
+        urls[name] = url
+    return urls
 
 
 def check_upstream(url: str) -> None:

@@ -32,7 +32,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import Coroutine
+from typing import Callable, Coroutine
 
 import aiohttp
 from yarl import URL
@@ -88,6 +88,8 @@ class Proxy:
         self.max_body_bytes = max_body_bytes if max_body_bytes is not None else settings.max_body_bytes
         self.session: aiohttp.ClientSession | None = None  # unmetered requests
         self.pool: Pool | None = None  # metered requests (upstream.py)
+        # Called with the outcome ("error", "timeout") of each failure answered for this upstream (router.py).
+        self.on_failure: Callable[[str], None] | None = None
 
     async def open(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout_s, sock_read=self.timeout_s)
@@ -223,6 +225,8 @@ class Proxy:
         if ex is not None:
             ex.response_start(status, None)
             ex.finish(outcome, status)
+        if self.on_failure is not None:
+            self.on_failure(outcome)
         _json_error(conn, status, message)
 
 

@@ -94,7 +94,10 @@ def monitors(spec: Spec) -> list[dict]:
     inferwatch's GPU exporter is not deployed (`kubernetes.gpu_exporter: false`: dcgm-exporter's own monitor
     scrapes the GPUs). Each carries the label limits that bound a webhook's size (with_label_limits)."""
     gpu = [gpu_pod_monitor(spec)] if spec.kubernetes.gpu_exporter else []
-    found = [*gpu, triton_service_monitor(spec), collector_service_monitor(spec),
+    # `kubernetes.triton.monitor: false`: the user's own monitor scrapes Triton; a second would scrape the same
+    # pods again (every series twice under one selector, two alerts for one fault).
+    triton = [triton_service_monitor(spec)] if spec.kubernetes.triton.monitor else []
+    found = [*gpu, *triton, collector_service_monitor(spec),
              service_monitor(spec, "gateway", "metrics"), service_monitor(spec, "notifier", "http"),
              *alerting_monitors(spec)]
     return [with_label_limits(m) for m in found]
@@ -130,6 +133,11 @@ def alerting_monitors(spec: Spec) -> list[dict]:
              {"path": "/federate", "honorLabels": True, "params": {"match[]": [FEDERATED_ALERTS]}},
              [*_selected(spec, "prometheus_alerts"), replica,
               {"action": "replace", "targetLabel": "instance", "replacement": FEDERATION_INSTANCE}])]
+    stack_label = spec.kubernetes.prometheus_replica_label
+    if stack_label != spec.ha.replica_label:
+        # /federate adds each replica's external labels, the stack's replica label among them: dropped, so one
+        # alert's copies differ only in `replica` (rules/ha.py counts them without it).
+        jobs[2][2]["metricRelabelings"] = [{"action": "labeldrop", "regex": stack_label}]
     for name, kind, extra, relabel in (jobs if spec.ha.prometheus_count > 1 else jobs[:2]):
         endpoint = {**_endpoint(spec, "web", relabel), **extra}
         out.append({"apiVersion": MONITORING, "kind": "ServiceMonitor", "metadata": _monitor_labels(spec, name, kind),
@@ -228,7 +236,10 @@ def stack_values(spec: Spec) -> dict:
     if h.alertmanager_count > 1:
         alertmanager.update(clusterPeerTimeout=str(h.peer_timeout), clusterGossipInterval=str(h.gossip_interval),
                             clusterPushpullInterval=str(h.pushpull_interval))
-    prometheus = {"replicas": h.prometheus_count, "replicaExternalLabelName": h.replica_label}
+    # The release's own replica label (the chart's default unless the spec says otherwise): renaming it would
+    # change the labels of every alert the release already sends.
+    prometheus = {"replicas": h.prometheus_count,
+                  "replicaExternalLabelName": spec.kubernetes.prometheus_replica_label}
     return {"prometheus": {"prometheusSpec": prometheus},
             "alertmanager": {"alertmanagerSpec": alertmanager},
             "grafana": {"sidecar": {"dashboards": {"enabled": True, "label": next(iter(DASHBOARD_LABEL)),

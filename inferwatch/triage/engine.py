@@ -25,6 +25,7 @@ from inferwatch.triage.scope import scoped
 from inferwatch.triage.sources import PrometheusSource, QueryResult
 from inferwatch.triage.thresholds import (
     BUILTINS,
+    SELECTOR_PARAMS,
     Threshold,
     builtin,
     condition_value,
@@ -32,6 +33,7 @@ from inferwatch.triage.thresholds import (
     resolve,
     selector_params,
 )
+from inferwatch.upstreams import TRITON, kind_of, upstream_of
 
 __all__ = ["Evidence", "MatchedFinding", "UnjudgedFinding", "ConditionVerdict", "Judgement", "AlertTriage",
            "triage_alert", "judge", "format_value", "resolve_thresholds", "query_params", "BUILTIN_UNITS"]
@@ -219,7 +221,11 @@ def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None,
     params = query_params(result.thresholds, spec)
     reasons = {t.name: t.reason for t in result.thresholds if t.value is None}
 
+    not_triton = _not_served_by_triton(spec, labels)
+
     def run(query) -> Evidence:
+        if not_triton and query.params & _TRITON_PARAMS:
+            return Evidence(QueryResult(query.name, query.expr), query.unit, query.help, skipped=not_triton)
         unresolved = sorted(query.params - params.keys())
         if unresolved:
             return Evidence(QueryResult(query.name, query.expr), query.unit, query.help,
@@ -241,6 +247,19 @@ def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None,
         return result
     result.condition, result.findings, result.not_judged = verdict.condition, verdict.findings, verdict.not_judged
     return result
+
+
+# Selectors of Triton's own series and the collector's: evidence that exists only for a Triton model.
+_TRITON_PARAMS = frozenset({SELECTOR_PARAMS["triton"], SELECTOR_PARAMS["triton_collector"]})
+
+
+def _not_served_by_triton(spec: Spec, labels: Mapping[str, str]) -> str | None:
+    """Why Triton evidence does not apply to an alert whose `model` is served by another kind of upstream
+    (spec `upstreams`), else None."""
+    model = labels.get("model")
+    if not model or kind_of(spec, model) == TRITON:
+        return None
+    return f"model {model} is served by upstream {upstream_of(spec, model)} ({kind_of(spec, model)}), not Triton"
 
 
 def resolve_thresholds(runbook: Runbook, spec: Spec, labels: Mapping[str, str], fault_time: float) -> list[Threshold]:
