@@ -61,6 +61,16 @@ def run(args: argparse.Namespace) -> int:
         check_routes(spec)
     except SpecError as exc:
         raise exc.with_file(file or "built-in defaults") from None
+    # Thresholds that contradict each other (an SLO tighter than its own P95 target, a `for` longer than its
+    # window, a severity no channel receives) are each valid alone: refuse them together, with the figures.
+    from inferwatch.speccheck import findings
+
+    found = findings(spec)
+    refused = [f for f in found if f.refuse]
+    for finding in refused:
+        print(f"{file or 'built-in defaults'}: {finding}", file=sys.stderr)
+    if refused:
+        return 2
     name = file or f"built-in defaults (no --spec and no ./{DEFAULT_SPEC_PATH})"
     # Secrets are often only present where the notifier runs, so an unresolved one is a warning here;
     # `inferwatch notifier` itself refuses to start without them.
@@ -75,4 +85,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{name}: OK ({len(spec.targets.triton)} Triton target(s), "
           f"{len(spec.tiers)} tier(s), {len(spec.tenants)} tenant(s), {len(spec.channels)} channel(s), "
           f"{len(spec.routes)} route(s))")
+    for finding in found:
+        print(f"warning: {finding}", file=sys.stderr)
+    from inferwatch.notifier.routetable import effective_table, render
+
+    print("\nWhere each alert goes (Alertmanager's tree, then the notifier's routes):")
+    print(render(effective_table(spec)))
     return 0

@@ -340,10 +340,10 @@ class LlmLayer:
     for_: Duration = field(_d("5m"), key="for")
     exporter_down_for: Duration = field(_d("5m"), doc="`for` of GatewayExporterDown")
     burn_rate_windows: list[BurnRateWindow] = field(
-        [BurnRateWindow("page-fast", _d("1h"), _d("5m"), 14.4, "critical", _d("2m")),
-         BurnRateWindow("page-slow", _d("6h"), _d("30m"), 6.0, "critical", _d("15m")),
-         BurnRateWindow("ticket-fast", _d("1d"), _d("2h"), 3.0, "warning", _d("1h")),
-         BurnRateWindow("ticket-slow", _d("3d"), _d("6h"), 1.0, "warning", _d("3h"))],
+        [BurnRateWindow("fast-1h", _d("1h"), _d("5m"), 14.4, "critical", _d("2m")),
+         BurnRateWindow("slow-6h", _d("6h"), _d("30m"), 6.0, "critical", _d("15m")),
+         BurnRateWindow("fast-1d", _d("1d"), _d("2h"), 3.0, "warning", _d("1h")),
+         BurnRateWindow("slow-3d", _d("3d"), _d("6h"), 1.0, "warning", _d("3h"))],
         doc="multi-window multi-burn-rate pairs for a 30-day SLO (Google SRE Workbook ch. 5); "
             "scale all windows down together for short demos")
 
@@ -365,7 +365,8 @@ class Tier:
     ttft_p95_seconds: float = field(0.3, doc="TTFT P95 target; 300 ms suits interactive chat")
     availability_objective: float = field(0.999, doc="fraction of requests that must succeed over 30d")
     ttft_objective: float = field(0.99, doc="fraction of streamed requests whose TTFT is under ttft_slo_seconds")
-    ttft_slo_seconds: float = field(0.5, doc="TTFT threshold for the SLO; must be a histogram bucket edge")
+    ttft_slo_seconds: float = field(0.5, doc="TTFT threshold for the SLO; must be a histogram bucket edge and "
+                                             "not below ttft_p95_seconds (`inferwatch check` refuses it)")
     per_tenant_quantiles: bool = field(False, doc="judge TTFT P95 per tenant: one LlmTtftP95High per tenant, model "
                                                   "and tier; otherwise one per model and tier, every tenant's "
                                                   "requests together (a slow tenant then shows in the dashboards "
@@ -792,7 +793,7 @@ class Spec:
     models: list[str] = field([], doc="declared models for gateway labels; others fold into 'other'")
     upstreams: dict[str, Upstream] = field({}, doc="the servers behind the gateway and the models each serves "
                                                    "(inferwatch/upstreams.py); none: every model is Triton's")
-    tiers: dict[str, Tier] = field({"realtime": Tier(), "standard": Tier(ttft_p95_seconds=1.0),
+        tiers: dict[str, Tier] = field({"realtime": Tier(), "standard": Tier(ttft_p95_seconds=1.0, ttft_slo_seconds=2.0),
                                     "batch": Tier(ttft_p95_seconds=10.0, ttft_slo_seconds=20.0)})
     gateway: GatewaySettings = field(GatewaySettings)
     channels: dict[str, Channel] = field({})

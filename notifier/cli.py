@@ -1,6 +1,7 @@
 """`inferwatch notifier`: run the notifier, test routes, inspect and replay the outbox.
 
   inferwatch notifier [--spec FILE] [--host H] [--port 9410] [--data-dir DIR] [--shared-port PORT]
+  inferwatch notifier routes test --all             every alert x severity -> channels, escalation, inhibitions
   inferwatch notifier routes test key=value ...     where an alert with these labels goes: the generated
                                                     Alertmanager tree first, then the notifier's routes
   inferwatch notifier outbox list [--all]           pending and dead-lettered deliveries
@@ -42,7 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     test = rsub.add_parser("test", help="print where an alert with these labels goes: Alertmanager's routing "
                                         "tree generated from the spec (like `amtool config routes test`), then "
                                         "the notifier's routes")
-    test.add_argument("labels", nargs="+", metavar="key=value", help="alert labels, e.g. layer=L2 severity=critical")
+    test.add_argument("labels", nargs="*", metavar="key=value", help="alert labels, e.g. layer=L2 severity=critical")
+    test.add_argument("--all", action="store_true", dest="all_alerts",
+                      help="instead: every alert x severity (x burn-rate window) -> channels, escalation, inhibitions")
     test.add_argument("--verify", default=None, metavar="A,B",
                       help="exit 1 unless the receivers are exactly this comma-separated list")
     _sub_spec_args(test, data_dir=False)
@@ -92,6 +95,13 @@ def _routes_test(spec, args) -> int:
     from inferwatch.notifier.alertmanager_config import config as alertmanager_config
     from inferwatch.notifier.routing import Router, parse_label_args
 
+    if getattr(args, "all_alerts", False):
+        from inferwatch.notifier.routetable import effective_table, render
+
+        print(render(effective_table(spec)))
+        return 0
+    if not args.labels:
+        raise UsageError("expected alert labels (e.g. layer=L2 severity=critical), or --all")
     try:
         labels = parse_label_args(args.labels)
     except ValueError as exc:

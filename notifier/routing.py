@@ -5,7 +5,8 @@ routes are tried in order, the first match stops the walk unless it says `contin
 matched on its common labels (the labels all its alerts share; Alertmanager groups by `severity` too, so
 it is one of them). With no routes in the spec, the default is by layer and severity: L1 critical → the
 phone channel (PagerDuty, else voice), L1 warning → the chat channel (Slack, else WeCom: a warning such as
-GpuThrottling never rings the phone), L2 → Slack, L3 → WeCom.
+GpuThrottling never rings the phone), L2 → Slack, L3 critical (the fast and slow burn-rate windows: users feel
+it now) → the phone channel and WeCom, other L3 → WeCom.
 
 An alert no route matches is never dropped: it goes to the catch-all `notifier.unrouted_receivers`, by
 default the receivers an L2 alert reaches (the Slack/on-call channel: a human reads it there in working
@@ -26,8 +27,12 @@ DEFAULT_LAYER_CHANNELS: dict[tuple[str, str | None], tuple[str, ...]] = {
     ("L1", "warning"): ("slack", "wecom"),
     ("L1", None): ("pagerduty", "voice"),
     ("L2", None): ("slack",),
+    ("L3", "critical"): ("pagerduty", "voice"),
     ("L3", None): ("wecom",),
 }
+# Channel types a default route also sends to, besides the one above: the model owners keep seeing their
+# layer's pages in their chat.
+DEFAULT_ALSO: dict[tuple[str, str | None], tuple[str, ...]] = {("L3", "critical"): ("wecom",)}
 UNROUTED_ROUTE = -1            # route index of a catch-all delivery (no route matched)
 UNROUTED_CHANNEL = "unrouted"  # channel column of an unrouted dead letter (no channel could take it)
 CHAT_KINDS = ("slack", "wecom")
@@ -84,7 +89,9 @@ def default_routes(spec: Spec) -> list[Route]:
         for kind in kinds:
             names = [n for n, c in spec.channels.items() if c.type == kind]
             if names:
-                routes.append(Route(receivers=[names[0]], match=match))
+                also = [n for k in DEFAULT_ALSO.get((layer, severity), ())
+                        for n in [n for n, c in spec.channels.items() if c.type == k][:1]]
+                routes.append(Route(receivers=[names[0], *also], match=match))
                 break
     return routes
 

@@ -2,7 +2,7 @@
 tier; histograms in seconds).
 
 SLO alerts follow the multi-window multi-burn-rate scheme (Google SRE Workbook ch. 5; docs/sources.md#slo-alerting):
-one rule per tier and window pair, labelled `window` (page-fast, page-slow, ticket-fast, ticket-slow) so
+one rule per tier and window pair, labelled `window` (fast-1h, slow-6h, fast-1d, slow-3d) so
 Alertmanager can inhibit the slower pairs while a faster one fires, each with a low-traffic guard.
 """
 

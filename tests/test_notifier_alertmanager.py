@@ -86,9 +86,9 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
             # warning twin of the same tier and SLO (tests/test_notifier_inhibition.py has the whole table).
             alert("TritonServerDown", "L2", node="node-a", triton="t-a"),
             alert("TritonQueueTimeP95High", "L2", "warning", node="node-a", triton="t-a", model="classifier"),
-            alert("LlmAvailabilityBurnRate", "L3", "critical", tier="realtime", slo="availability", window="page-fast"),
+            alert("LlmAvailabilityBurnRate", "L3", "critical", tier="realtime", slo="availability", window="fast-1h"),
             alert("LlmAvailabilityBurnRate", "L3", "warning", tier="realtime", slo="availability",
-                  window="ticket-fast"),
+                  window="fast-1d"),
             # The notifier's own alert bypasses it: Alertmanager's PagerDuty integration pages directly.
             alert("NotifierDeliveryFailing", "L1", component="notifier"),
         ])
@@ -110,7 +110,7 @@ def test_real_alertmanager_delivers_each_layer_to_its_channel(alertmanager_facto
         assert inhibited == {("TritonQueueTimeP95High", "warning"), ("LlmAvailabilityBurnRate", "warning")}
         assert not any("TritonQueueTimeP95High" in t for t in sims.slack.texts())
         burn = [t for t in sims.wecom.texts() if "LlmAvailabilityBurnRate" in t]
-        assert burn and all("ticket-fast" not in t for t in burn), burn
+        assert burn and all("fast-1d" not in t for t in burn), burn
         # Resolve: Alertmanager sends resolved notifications (send_resolved) and PagerDuty closes the incident.
         resolved = alert("GpuLost", "L1", node="node-b", gpu="3")
         resolved["endsAt"] = "2000-01-01T00:00:00Z"

@@ -169,7 +169,7 @@ def test_the_real_truncated_fixture_renders_on_every_channel(sims):
     body = fixture_body()  # one alert without annotations or generatorURL, truncatedAlerts=1
     for name in ("phone", "call", "oncall-slack", "llm-wecom"):
         assert channel(sims, name).send(note(body, name)).ok, name
-    title = "[FIRING:2] GpuTemperatureHigh L1 — 2 firing, 1 more not included"
+    title = "[FIRING:2+] GpuTemperatureHigh L1 — at least 2 firing, 1 more not included (3 in the group)"
     assert sims.slack.received[-1].body["blocks"][0]["text"]["text"] == title
     assert "1 more alert(s) not included by Alertmanager" in sims.slack.received[-1].text
     assert title in sims.wecom.received[-1].text
@@ -200,7 +200,8 @@ def test_wecom_many_alerts_count_the_ones_that_do_not_fit_and_link_alertmanager(
     text = sims.wecom.received[-1].text
     assert utf8_len(text) <= 4096
     named = set(re.findall(r"instance=(i\d+)", text))
-    more = int(re.search(r"…and (\d+) more — \[Alertmanager\]\(http://alertmanager.example:9093\)", text).group(1))
+    more = int(re.search(r"…and (\d+) more left out to fit 4,096 bytes — "
+                         r"\[Alertmanager\]\(http://alertmanager.example:9093\)", text).group(1))
     assert len(named) + more == 400
 
 

@@ -37,12 +37,13 @@ def group(name: str, status: str, firing: int, resolved: int, truncated: int, la
 
 # ------------------------------------------------------------------------------------------------ counts
 COUNTS = [  # status, firing, resolved, truncatedAlerts, title
-    ("firing", 2, 1, 12, "[FIRING:2] GroupCounts — 2 firing, 1 resolved, 12 more not included"),  # the issue's
+    ("firing", 2, 1, 12,  # the issue's
+     "[FIRING:2+] GroupCounts — at least 2 firing, at least 1 resolved, 12 more not included (15 in the group)"),
     ("firing", 3, 0, 0, "[FIRING:3] GroupCounts"),
-    ("firing", 1, 0, 5, "[FIRING:1] GroupCounts — 1 firing, 5 more not included"),
+    ("firing", 1, 0, 5, "[FIRING:1+] GroupCounts — at least 1 firing, 5 more not included (6 in the group)"),
     ("firing", 1, 4, 0, "[FIRING:1] GroupCounts — 1 firing, 4 resolved"),
     ("resolved", 0, 2, 0, "[RESOLVED:2] GroupCounts"),
-    ("resolved", 0, 2, 3, "[RESOLVED:2] GroupCounts — 2 resolved, 3 more not included"),
+    ("resolved", 0, 2, 3, "[RESOLVED:2+] GroupCounts — at least 2 resolved, 3 more not included (5 in the group)"),
 ]
 
 
@@ -86,7 +87,7 @@ def test_pagerduty_and_voice_carry_the_counts(sims, status, firing, resolved, tr
 def test_the_issue_example_through_the_notifier_on_every_channel(sims, tmp_path):
     """Alertmanager-shaped POSTs to a running notifier: status firing, 2 firing + 1 resolved, truncatedAlerts 12."""
     svc = NotifierService(make_spec(sims), tmp_path / "data", port=0).start()
-    title = "[FIRING:2] {} — 2 firing, 1 resolved, 12 more not included"
+    title = "[FIRING:2+] {} — at least 2 firing, at least 1 resolved, 12 more not included (15 in the group)"
     providers = (sims.pagerduty, sims.voice, sims.slack, sims.wecom)
     before = [len(p.received) for p in providers]
     try:

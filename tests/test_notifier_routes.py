@@ -51,7 +51,7 @@ TABLE = [
     (["alertname=LlmTtftP95High", "layer=L3", "severity=warning", "tenant=acme", "tier=realtime"],
      "notifier-l3", "llm-owners-wecom"),
     (["alertname=LlmAvailabilityBurnRate", "layer=L3", "severity=critical", "tier=realtime"],
-     "notifier-l3", "llm-owners-wecom"),
+     "notifier-l3", "phone,llm-owners-wecom"),  # critical: pages, and the owners see it
     (["alertname=SomethingElse"], "notifier-default", "oncall-slack"),
     (["layer=l1", "severity=critical"], "notifier-default", "oncall-slack"),  # a lower-case layer matches nothing
 ]

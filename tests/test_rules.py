@@ -102,7 +102,7 @@ def test_alert_contract_lint(spec, files):
         if name.startswith("Notifier"):
             assert labels["component"] == "notifier" and labels["layer"] == "L1", name
         if name in ("LlmAvailabilityBurnRate", "LlmTtftBurnRate"):
-            assert labels["window"] in ("page-fast", "page-slow", "ticket-fast", "ticket-slow")
+            assert labels["window"] in ("fast-1h", "slow-6h", "fast-1d", "slow-3d")
 
 
 def test_lint_catches_a_templated_summary(spec):
@@ -204,8 +204,8 @@ def test_a_demo_spec_with_short_windows_generates_rules_promtool_accepts(tmp_pat
         "targets": {"triton": [{"name": "t", "url": "http://127.0.0.1:8000", "metrics_interval_ms": 1000}]},
         "layers": {"L1": {"for": "10s", "vanished_gpu_lookback": "2m"}, "L2": {"for": "10s"}, "L3": {
             "for": "10s", "throughput_baseline_offset": "5m",
-            "burn_rate_windows": [{"name": "page-fast", "long": "2m", "short": "10s", "factor": 14.4, "for": "4s"},
-                                  {"name": "ticket-slow", "long": "10m", "short": "1m", "factor": 1,
+            "burn_rate_windows": [{"name": "fast-1h", "long": "2m", "short": "10s", "factor": 14.4, "for": "4s"},
+                                  {"name": "slow-3d", "long": "10m", "short": "1m", "factor": 1,
                                    "severity": "warning"}]}},
     })
     files = outputs(spec)

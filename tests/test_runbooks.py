@@ -47,7 +47,7 @@ REQUIRED_SECTIONS = ("What it means", "User impact", "Likely causes", "Evidence"
 # Label values that exercise escaping: regex metacharacters and a quote must match literally.
 SAMPLE_LABELS = {"node": "node-a", "triton": "triton-node-a", "model": "llm-capacity", "version": "1",
                  "tier": "realtime", "tenant": "acme", "gpu": "0", "UUID": "GPU-node-a", "Hostname": "node-a",
-                 "instance": "node-a:9400", "channel": "slack", "window": "page-fast", "signal": "latency",
+                 "instance": "node-a:9400", "channel": "slack", "window": "fast-1h", "signal": "latency",
                  "reason": 'a.b"(c)|*'}
 SPEC = load_spec(Path(__file__).resolve().parents[1] / "inferwatch.yaml")
 

@@ -199,7 +199,7 @@ class RecordingSource:
 
 LABELS = {"node": "node-a", "triton": "triton-0", "model": "classifier", "version": "1", "tier": "realtime",
           "tenant": "acme", "gpu": "0", "UUID": "GPU-a", "Hostname": "node-a", "instance": "node-a:9400",
-          "channel": "slack", "window": "page-fast", "signal": "latency", "reason": "REJECTED", "xid": "79",
+          "channel": "slack", "window": "fast-1h", "signal": "latency", "reason": "REJECTED", "xid": "79",
           "slo": "availability", "source": "gateway", "job": "j"}
 
 

@@ -163,7 +163,7 @@ def test_scoping_uses_the_rules_rate_window_and_thresholds():
     ("layers.L2.models.{model}.queue_p95_seconds | layers.L2.queue_p95_seconds", {"model": "llm"}, 0.5, None),
     ("layers.L2.models.{model}.error_ratio | layers.L2.error_ratio", {"model": "classifier"}, 0.01, None),
     ("layers.L2.for", {}, Duration.parse("5m"), None),
-    ("layers.L3.burn_rate_windows.{window}.long", {"window": "page-slow"}, Duration.parse("6h"), None),
+    ("layers.L3.burn_rate_windows.{window}.long", {"window": "slow-6h"}, Duration.parse("6h"), None),
     ("layers.L3.burn_rate_windows.{window}.long", {"window": "nope"}, None,
      "the spec sets no layers.L3.burn_rate_windows.nope"),
 ])

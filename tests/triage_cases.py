@@ -77,10 +77,10 @@ CONDITION = {
                                      {"collector_up": 1, "targets_in_job": 1}),
     # L3 ----------------------------------------------------------------------------------------------
     "LlmTtftP95High": Condition(LLM, {"ttft_p95_seconds": 0.8, "request_rate": 10}, {"ttft_p95_seconds": 0.138}),
-    "LlmTtftBurnRate": Condition({"tier": "realtime", "window": "page-fast", "slo": "ttft"},
+    "LlmTtftBurnRate": Condition({"tier": "realtime", "window": "fast-1h", "slo": "ttft"},
                                  {"slo_miss_long": 0.3, "slo_miss_short": 0.4, "short_window_request_rate": 5},
                                  {"slo_miss_long": 0.05}),
-    "LlmAvailabilityBurnRate": Condition({"tier": "realtime", "window": "page-fast", "slo": "availability"},
+    "LlmAvailabilityBurnRate": Condition({"tier": "realtime", "window": "fast-1h", "slo": "availability"},
                                          {"error_ratio_long": 0.05, "error_ratio_short": 0.1,
                                           "short_window_request_rate": 5},
                                          {"error_ratio_short": 0.001}),

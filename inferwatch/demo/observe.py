@@ -17,7 +17,7 @@ from inferwatch.rules.names import ALERTS
 from inferwatch.testing.channel_text import slack_block_display, slack_display
 
 # `[FIRING:2] AlertName extra` — the notifier's titles (notifier/channels/common.py group_title).
-TITLE = re.compile(r"\[(FIRING|RESOLVED):\d+\] ([A-Za-z0-9_]+)")
+TITLE = re.compile(r"\[(FIRING|RESOLVED):\d+\+?\] ([A-Za-z0-9_]+)")  # "+": Alertmanager cut the group
 # Coalesced chat messages list "AlertName (firing): N".
 COALESCED = re.compile(r"([A-Z][A-Za-z0-9_]+) \((firing|resolved)\): \d+")
 WECOM_RUNBOOK = re.compile(r"\[Runbook\]\((\S+?)\)")

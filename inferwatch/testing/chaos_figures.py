@@ -25,7 +25,7 @@ from inferwatch.notifier.routing import Router
 from inferwatch.spec import Spec
 
 STABLE_S = 20.0
-TITLE = re.compile(r"\[(FIRING|RESOLVED):(\d+)\] (.+?)(?: — (.*))?$")
+TITLE = re.compile(r"\[(FIRING|RESOLVED):(\d+)\+?\] (.+?)(?: — (.*))?$")  # "+": Alertmanager cut the group
 _MARKUP = re.compile(r"</?font[^>]*>|`|\*\*|^#+ ")
 
 

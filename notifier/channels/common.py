@@ -8,7 +8,9 @@ Every label and annotation is reachable from the message:
     annotations the template does not show in a details line; runbook_url and generatorURL as links when
     they are http(s) URLs, in the details otherwise.
 Counts never over-claim: Alertmanager's `truncatedAlerts` are alerts it left out of the payload without
-saying whether they fire, so the title says "12 more not included", never "FIRING:14".
+saying whether they fire, so the title says "12 more not included", never "FIRING:14", and the counts of a
+cut group are lower bounds: `[FIRING:2+] ... — at least 2 firing, at least 1 resolved, 37 more not included
+(40 in the group)`.
 """
 
 from __future__ import annotations
@@ -29,25 +31,31 @@ TEMPLATE_ANNOTATIONS = ("summary", "description", "runbook_url")  # annotations 
 
 # ------------------------------------------------------------------------------------------------ titles
 def counts_phrase(group: WebhookMessage) -> str:
-    """`2 firing, 1 resolved, 12 more not included`; '' when the status count says it all."""
+    """`2 firing, 1 resolved`; '' when the status count says it all. When Alertmanager cut the group, each
+    count is a lower bound and the group's size is stated: `at least 2 firing, at least 1 resolved, 37 more
+    not included (40 in the group)`."""
     parts = []
     firing, resolved = len(group.firing), len(group.resolved)
+    cut = group.truncated_alerts
+    least = "at least " if cut else ""
     if firing:
-        parts.append(f"{firing} firing")
+        parts.append(f"{least}{firing} firing")
     if resolved:
-        parts.append(f"{resolved} resolved")
-    if group.truncated_alerts:
-        parts.append(f"{group.truncated_alerts} more not included")
+        parts.append(f"{least}{resolved} resolved")
+    if cut:
+        parts.append(f"{cut} more not included ({len(group.alerts) + cut} in the group)")
     return ", ".join(parts) if len(parts) > 1 else ""
 
 
 def title_parts(group: WebhookMessage) -> list[tuple[str, bool]]:
-    """The title as (text, is_value) pieces: `[FIRING:2] TritonServerDown node-a — 2 firing, 1 resolved, 12
-    more not included`. Alertmanager's default title shape; the number counts the alerts present with the
-    group's status. Pieces marked is_value come from the alerts and must be shown exactly."""
+    """The title as (text, is_value) pieces: `[FIRING:2] TritonServerDown node-a — 2 firing, 1 resolved`.
+    Alertmanager's default title shape; the number counts the alerts present with the group's status, with a
+    `+` when Alertmanager left alerts out (`[FIRING:2+] ... — at least 2 firing, ..., 12 more not included
+    (15 in the group)`). Pieces marked is_value come from the alerts and must be shown exactly."""
     shown = group.firing if group.status == "firing" else group.resolved
     name = group.common_labels.get("alertname") or group.group_labels.get("alertname") or ""
-    parts: list[tuple[str, bool]] = [(f"[{group.status.upper()}:{len(shown)}] ", False)]
+    plus = "+" if group.truncated_alerts else ""
+    parts: list[tuple[str, bool]] = [(f"[{group.status.upper()}:{len(shown)}{plus}] ", False)]
     parts.append((name, True) if name else ("alerts", False))
     for k, v in group.group_labels.items():
         if k != "alertname" and v:

@@ -15,8 +15,11 @@ Exactness: a value goes into markdown as it is when it contains no character mar
 because `<@userid>`, `<font>` and entities may be interpreted anyway). A value that fits neither — a
 mention string, a `<font>` tag, a label with a newline — makes the whole message plain text, where every
 value is exact and nothing can mention anyone. No look-alike characters are ever substituted.
-Size: the longest fields are cut first (with a marker saying how much), then one line per alert, then
-"…and N more" with the Alertmanager link; lines are never cut in half.
+Size (a digest): the longest fields are cut first, every field to one length (each cut field ends with a
+marker saying how much), down to DIGEST_MIN_CHARS; then as many whole alerts as fit stay, in order (firing
+first), and the others are left out; a last line always says how many alerts were shortened and how many left
+out, with the Alertmanager link. Only when not even one alert fits, the first alert is shown with short fields
+and the others in one line each (status and identity), still counted. Lines are never cut in half.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from inferwatch.spec import Channel as ChannelSpec
 MARKDOWN_MAX_BYTES = 4096
 TEXT_MAX_BYTES = 2048
 FIELD_MAX_CHARS = 600         # one description or annotation, at most
+DIGEST_MIN_CHARS = 120        # a field cut shorter says little: below this, alerts are left out instead
 TITLE_VALUE_MAX_CHARS = 200   # a label value in the title or the key labels line
 ERRCODE_TOO_LONG = 40058
 ERRCODE_RATE_LIMITED = 45009
@@ -211,14 +215,77 @@ class WeComChannel(HttpChannel):
         else:
             view = group_view(first, self.template)
             head = self._head(n, view, fmt)
-
-            def render(cap: int) -> tuple[str, int]:
-                text = "\n".join([head] + [self._alert_block(a, fmt, cap) for a in view.alerts]
-                                 + self._notes(view, fmt, am))
-                return text, utf8_len(text)
-
-            body = fit_field_cap(render, budget, FIELD_MAX_CHARS) or self._compact(view, fmt, head, budget, am)
+            body = self._digest(view, fmt, head, budget, am) or self._compact(view, fmt, head, budget, am)
         return body + ("\n" + tail if tail else "")
+
+    def _digest(self, view: GroupView, fmt: _Markdown, head: str, budget: int, am: str) -> str | None:
+        """Head, the first k alerts whole (every field cut to one length, at least DIGEST_MIN_CHARS), the
+        others in one line each when they all fit (else left out), the alerts Alertmanager left out, and a
+        line counting the alerts shortened, in one line and left out; k as large as fits `budget` bytes,
+        then the length as large as fits. None when not even one alert fits whole."""
+        alerts = view.alerts
+        blocks: dict[int, list[str]] = {}
+        lines = [self._line(view, a, fmt) for a in alerts]
+
+        def blocks_at(cap: int) -> list[str]:
+            if cap not in blocks:
+                blocks[cap] = [self._alert_block(a, fmt, cap) for a in alerts]
+            return blocks[cap]
+
+        def render(k: int, cap: int, listing: bool) -> tuple[str, int]:
+            shown = blocks_at(cap)[:k]
+            # An alert is shortened when a field of it is cut at this length (its block differs from the uncut one).
+            shortened = sum(1 for a, b in zip(blocks_at(10**9)[:k], shown, strict=True) if a != b)
+            listed = lines[k:] if listing else []
+            note = self._digest_note(len(alerts), k, shortened, fmt, am, listed=len(listed))
+            text = "\n".join([head, *shown, *listed, *self._notes(view, fmt, am), *([note] if note else [])])
+            return text, utf8_len(text)
+
+        whole = fit_field_cap(lambda cap: render(len(alerts), cap, False), budget, FIELD_MAX_CHARS, DIGEST_MIN_CHARS)
+        if whole is not None:
+            return whole
+        # The others named in one line each when they all fit beside the whole ones, else only counted.
+        for listing in (True, False):
+            lo, hi = 0, len(alerts) - 1  # lo fits (0: vacuously), hi is the most that may
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if render(mid, DIGEST_MIN_CHARS, listing)[1] <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo:
+                return fit_field_cap(lambda cap, k=lo, listing=listing: render(k, cap, listing), budget,
+                                     FIELD_MAX_CHARS, DIGEST_MIN_CHARS)
+        return None
+
+    def _line(self, view: GroupView, a: AlertView, fmt: _Markdown) -> str:
+        """An alert in one line: its status, its name when it is not the group's, its identity labels."""
+        parts = [fmt.status(a.status)]
+        if a.name != view.group.common_labels.get("alertname") or not a.identity:
+            parts.append(self._cut(a.name or "(no alertname)", fmt, MIN_FIELD_CHARS))
+        if a.identity:
+            parts.append(self._pairs(a.identity, fmt, MIN_FIELD_CHARS, " "))
+        return " ".join(parts)
+
+    @staticmethod
+    def _digest_note(total: int, shown: int, shortened: int, fmt: _Markdown, am: str, listed: int = 0) -> str:
+        """`…and 11 more left out to fit 4,096 bytes; 3 of the 7 shown shortened (cut fields end in "…[cut")`
+        with the Alertmanager link; '' when every alert is there whole. `listed`: alerts shown in one line
+        each (status and labels, without their texts)."""
+        left = total - shown - listed
+        parts = []
+        if left:
+            parts.append(f"…and {left} more left out to fit {fmt.max_bytes:,} bytes")
+        if listed:
+            parts.append(f"{listed} in one line each, without summary and description")
+        if shortened:
+            parts.append(f"{shortened} of the {shown} shown shortened (cut fields end in \"…[cut\")")
+        if not parts:
+            return ""
+        text = "; ".join(parts)
+        if am and (left or listed):
+            text += (" — " + _link("Alertmanager", am)) if fmt.markdown else f", see Alertmanager: {am}"
+        return text
 
     def _head(self, n: Notification, view: GroupView, fmt: _Markdown) -> str:
         group = view.group
@@ -268,23 +335,24 @@ class WeComChannel(HttpChannel):
         """The first alert with short fields, if it fits in half the budget, and every other alert in one
         line (status, its name when it is not the group's, identity labels), as many as fit; the rest
         counted."""
-        group_name = view.group.common_labels.get("alertname")
-        lines = []
-        for a in view.alerts:
-            parts = [fmt.status(a.status)]
-            if a.name != group_name or not a.identity:
-                parts.append(self._cut(a.name or "(no alertname)", fmt, MIN_FIELD_CHARS))
-            if a.identity:
-                parts.append(self._pairs(a.identity, fmt, MIN_FIELD_CHARS, " "))
-            lines.append(" ".join(parts))
+        lines = [self._line(view, a, fmt) for a in view.alerts]
+        shortened = 0
         for cap in (300, 120, MIN_FIELD_CHARS):
             first = self._alert_block(view.first, fmt, cap)
             if utf8_len(head) + utf8_len(first) <= budget // 2:
+                shortened = int(first != self._alert_block(view.first, fmt, 10**9))
                 head, lines = head + "\n" + first, lines[1:]
                 break
-        lines += self._notes(view, fmt, am)
-        text, _ = fit_lines(head, lines, budget, lambda k: fmt.more(k, am), measure=utf8_len)
-        return text
+        shown = len(view.alerts) - len(lines)
+        # Room for the counting line at its longest, so that it is never the line left out.
+        longest = self._digest_note(len(view.alerts), shown, shortened, fmt, am, listed=len(lines))
+        notes = self._notes(view, fmt, am)
+        text, omitted = fit_lines(head, lines + notes, budget - utf8_len(longest) - 1,
+                                  lambda k: fmt.more(k, am), measure=utf8_len)
+        listed = len(lines) - max(0, omitted - len(notes))
+        # The "…and N more" line fit_lines wrote counts what it left out; the note counts the one-line alerts.
+        note = self._digest_note(shown + listed, shown, shortened, fmt, "", listed=listed)
+        return text + ("\n" + note if note else "")
 
     def _coalesced(self, n: Notification, fmt: _Markdown, budget: int, am: str) -> str:
         status = n.status
