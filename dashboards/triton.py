@@ -25,6 +25,7 @@ from inferwatch.dashboards.builders import (
     timeseries_panel,
     variable,
 )
+from inferwatch.dashboards.engine import with_engine_row
 from inferwatch.rules.triton import Sources
 from inferwatch.spec import Spec
 
@@ -202,4 +203,4 @@ def build(spec: Spec) -> db.Dashboard:
         "short",
         [table_query(f"sum by (node, triton, model) (increase({src.triton('nv_inference_request_success', SEL)}"
                      "[7d])) == 0")]))
-    return board
+    return with_engine_row(spec, board)

@@ -46,7 +46,7 @@ DEFAULT_JOBS = {
 # source -> name prefixes of the series it exposes (dcgm-exporter's DCGM_FI_*/DCGM_EXP_* included).
 METRIC_PREFIXES = {
     "gpu": ("DCGM_", "inferwatch_gpu_"),
-    "triton": ("nv_",),
+    "triton": ("nv_", "vllm:"),  # vllm:* = the vLLM backend re-exporting vLLM's families
     "triton_collector": ("inferwatch_triton_",),
     "gateway": ("gateway_",),
     "notifier": ("inferwatch_notifier_",),

@@ -278,6 +278,45 @@ class ModelOverride:
 
 
 @dataclasses.dataclass
+class EngineThresholds:
+    """L2 thresholds of the LLM engines behind Triton (TensorRT-LLM and vLLM backends, rules/engine.py): their
+    KV cache, waiting and running requests, preemptions. A full KV cache alone is a busy, healthy engine; it
+    matters when requests wait behind it."""
+
+    kv_cache_warning_ratio: float = field(0.90, doc="KV cache used fraction from which waiting requests are "
+                                                     "blamed on it (vLLM schedules no new sequence without a "
+                                                     "free block; at ~90 % a long prompt no longer fits)")
+    kv_cache_critical_ratio: float = field(0.98, doc="KV cache used fraction that leaves no room for a new "
+                                                      "sequence: every new request waits or preempts another")
+    min_waiting_requests: float = field(1.0, doc="waiting requests from which users feel a full KV cache")
+    critical_for: Duration = field(_d("10m"), doc="`for` of EngineKvCacheFull critical: a full cache with a "
+                                                  "queue that long is no burst")
+    preemption_rate: float = field(0.1, doc="preemptions/s over the rate window: each one recomputes (or "
+                                            "swaps) a running request's work; an occasional one is normal")
+    waiting_growth_for: Duration = field(_d("15m"), doc="`for` of EngineWaitingRequestsGrowing: the queue grows "
+                                                        "for longer than the rate window (the engine is "
+                                                        "saturated, not riding out a burst)")
+    fill_horizon: Duration = field(_d("1h"), doc="EngineKvCacheFillPredicted / EngineGpuMemoryFillPredicted: "
+                                                 "fire when the trend reaches full within this horizon")
+    fill_lookback: Duration | None = field(None, doc="range predict_linear fits the trend over; unset: 12 x "
+                                                     "prometheus.rate_window (1h with the default 5m; node-mixin "
+                                                     "fits 6h for a 24h disk forecast, too slow for a KV cache)")
+    for_: Duration = field(_d("5m"), key="for", doc="`for` of the other engine alerts")
+
+    def _validate(self, path: str) -> None:
+        for name in ("kv_cache_warning_ratio", "kv_cache_critical_ratio"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise SpecError(f"{path}.{name}", f"expected a ratio in (0, 1], got {getattr(self, name)}")
+        if self.kv_cache_warning_ratio > self.kv_cache_critical_ratio:
+            raise SpecError(f"{path}.kv_cache_warning_ratio",
+                            f"expected at most kv_cache_critical_ratio ({self.kv_cache_critical_ratio}), "
+                            f"got {self.kv_cache_warning_ratio}")
+        if self.min_waiting_requests <= 0:
+            raise SpecError(f"{path}.min_waiting_requests", f"expected a positive number, got "
+                                                             f"{self.min_waiting_requests}")
+
+
+@dataclasses.dataclass
 class TritonLayer:
     """L2 thresholds; `models` overrides them per model name."""
 
@@ -294,6 +333,7 @@ class TritonLayer:
     for_: Duration = field(_d("5m"), key="for")
     exporter_down_for: Duration = field(_d("5m"), doc="`for` of TritonServerDown and TritonCollectorDown")
     models: dict[str, ModelOverride] = field({})
+    engine: EngineThresholds = field(EngineThresholds, doc="the LLM engines' KV cache and scheduler (rules/engine.py)")
 
 
 @dataclasses.dataclass

@@ -58,6 +58,30 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "model:gateway_requests_errors:ratio": (
         ("model",), "error|timeout outcomes / all requests at the gateway (client 4xx except 429 excluded)"),
     "model:gateway_requests_cancelled:ratio": (("model",), "cancelled / all requests at the gateway"),
+    # L2 engines (TensorRT-LLM and vLLM backends, rules/engine.py; labels node, triton, model, version,
+    # backend = tensorrt_llm|vllm) ----------------------------------------------------------------------------
+    "model_version:engine_kv_cache_used:ratio": (
+        ("node", "triton", "model", "version", "backend"),
+        "KV cache used, 0-1: used / max blocks (TensorRT-LLM), vllm:kv_cache_usage_perc (or gpu_cache_usage_perc)"),
+    "model_version:engine_kv_cache_used:predicted_ratio": (
+        ("node", "triton", "model", "version", "backend"),
+        "KV cache used fraction predicted layers.L2.engine.fill_horizon ahead (predict_linear over fill_lookback)"),
+    "model_version:engine_requests_waiting:count": (
+        ("node", "triton", "model", "version", "backend"), "requests waiting for the engine now"),
+    "model_version:engine_requests_running:count": (
+        ("node", "triton", "model", "version", "backend"),
+        "requests the engine runs now (TensorRT-LLM active, vLLM running)"),
+    "model_version:engine_requests_max:count": (
+        ("node", "triton", "model", "version", "backend"), "most requests the engine runs at once (TensorRT-LLM)"),
+    "model_version:engine_requests_running:ratio_of_max": (
+        ("node", "triton", "model", "version", "backend"), "running / maximum requests, 0-1 (TensorRT-LLM)"),
+    "model_version:engine_preemptions:rate": (
+        ("node", "triton", "model", "version", "backend"), "preemptions/s (vLLM)"),
+    "model_version:engine_prefix_cache_hits:ratio": (
+        ("node", "triton", "model", "version", "backend"), "prefix-cache hit tokens / queried tokens, 0-1 (vLLM)"),
+    "gpu:DCGM_FI_DEV_FB_USED:predicted_ratio": (
+        ("every GPU series label",),
+        "framebuffer used fraction predicted layers.L2.engine.fill_horizon ahead, GPUs of engine nodes only"),
     # L3 (gateway; labels tenant, model, tier) ------------------------------------------------------------
     "tenant_model_tier_type:gateway_tokens:rate": (
         ("tenant", "model", "tier", "type"), "tokens/s metered, type=input|output (output = output tokens/s)"),
@@ -167,6 +191,17 @@ ALERTS: dict[str, AlertInfo] = {
         "L2", _W, "A canary model version is worse than the version serving most traffic.", MODEL_VERSION,
         extra=("signal",)),
     "TritonCollectorDown": _info("L2", _W, "The inferwatch Triton collector cannot be scraped.", SCRAPE, ("job",)),
+    # L2 engines (rules/engine.py): per model version and backend; the GPU forecast per GPU of an engine node.
+    "EngineKvCacheFull": _info("L2", ("critical", "warning"), "An LLM engine's KV cache is full and requests wait.",
+                               MODEL_VERSION, extra=("backend",)),
+    "EnginePreemptionsHigh": _info("L2", _W, "An LLM engine preempts running requests.", MODEL_VERSION,
+                                   extra=("backend",)),
+    "EngineWaitingRequestsGrowing": _info("L2", _W, "An LLM engine's queue of waiting requests keeps growing.",
+                                          MODEL_VERSION, extra=("backend",)),
+    "EngineKvCacheFillPredicted": _info("L2", _W, "An LLM engine's KV cache is predicted to fill soon.",
+                                        MODEL_VERSION, extra=("backend",)),
+    "EngineGpuMemoryFillPredicted": _info("L2", _W, "The GPU memory of an LLM engine node is predicted to fill soon.",
+                                          SCRAPE + DCGM + MIG, SCRAPE + DEVICE),
     # L3 ---------------------------------------------------------------------------------------------------
     # per tenant for tiers with per_tenant_quantiles, else per model and tier (no tenant label)
     "LlmTtftP95High": _info("L3", _W, "Time to first token P95 is above the tier's target.", TENANT_MODEL_TIER,

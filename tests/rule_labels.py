@@ -15,7 +15,8 @@ from promql_labels import Branch, LabelFlow
 JOB_OF_PREFIX = (("nv_", "triton"), ("DCGM_", "inferwatch-gpu"), ("inferwatch_gpu_", "inferwatch-gpu"),
                  ("inferwatch_triton_", "inferwatch-triton"), ("gateway_", "inferwatch-gateway"),
                  ("inferwatch_notifier_", "inferwatch-notifier"), ("alertmanager_", "inferwatch-alertmanager"),
-                 ("process_", "inferwatch-prometheus"), ("ALERTS", "inferwatch-prometheus-alerts"))
+                 ("process_", "inferwatch-prometheus"), ("ALERTS", "inferwatch-prometheus-alerts"),
+                 ("vllm:", "triton"))  # the vLLM backend's families, re-exported on Triton's :8002
 # GPU series as either exporter writes them: the device labels both always write; the host label is
 # `Hostname` (inferwatch, dcgm-exporter up to 4.8.2) or `hostname` (dcgm-exporter from 4.8.3); the driver
 # version is a label row of dcgm-exporter's field list; namespace/pod/container name the pod holding the GPU.
@@ -37,6 +38,11 @@ EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("nv_inference_request_failure", ("model", "version", "reason"), ()),
     ("nv_inference_queue_summary_us", ("model", "version", "quantile"), ()),
     ("nv_inference_", ("model", "version"), ()),
+    # LLM engine backends (docs/sources.md#llm-engines): per model and version, plus the family's kind label.
+    ("nv_trt_llm_request_metrics", ("model", "version", "request_type"), ()),
+    ("nv_trt_llm_kv_cache_block_metrics", ("model", "version", "kv_cache_block_type"), ()),
+    ("nv_trt_llm_runtime_memory_metrics", ("model", "version", "memory_type"), ()),
+    ("vllm:", ("model", "version"), ()),
     ("inferwatch_triton_model_ready", ("triton", "model", "version"), ()),
     ("inferwatch_triton_model_state", ("triton", "model", "version", "state"), ()),
     ("inferwatch_triton_model_", ("triton", "model"), ()),

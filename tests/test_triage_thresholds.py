@@ -44,9 +44,10 @@ def rule_text(spec, rule: Alert) -> str:
 
 
 def label_sets(spec, rule: Alert) -> list[dict]:
-    """The rule's own labels, once per model with a per-model override and once for any other model."""
+    """The rule's own labels (its severity among them, as Alertmanager sends it), once per model with a
+    per-model override and once for any other model."""
     models = sorted(spec.layers.L2.models) + ["some-other-model"]
-    return [{**rule.labels, "alertname": rule.alert, "model": m} for m in models]
+    return [{**rule.labels, "severity": rule.severity, "alertname": rule.alert, "model": m} for m in models]
 
 
 def threshold_expressions(tree: ast.Expression, thresholds: set[str]) -> list[ast.expr]:

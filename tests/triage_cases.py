@@ -31,6 +31,7 @@ class FindingCase:
 GPU = {"UUID": "GPU-0", "node": "node-a", "gpu": "0"}
 MODEL = {"node": "node-a", "triton": "triton-a", "model": "llm", "version": "1"}
 LLM = {"tenant": "acme", "model": "llm", "tier": "realtime"}
+ENGINE = {**MODEL, "backend": "vllm"}
 
 CONDITION = {
     # L1 ----------------------------------------------------------------------------------------------
@@ -76,6 +77,16 @@ CONDITION = {
     "TritonCollectorDown": Condition({"instance": "collector:9401"}, {"collector_up": 0, "targets_in_job": 1},
                                      {"collector_up": 1, "targets_in_job": 1}),
     # L3 ----------------------------------------------------------------------------------------------
+    # L2 engines (rules/engine.py) ----------------------------------------------------------------------------
+    "EngineKvCacheFull": Condition(ENGINE, {"kv_cache_used_ratio": 0.95, "waiting_requests": 37},
+                                   {"waiting_requests": 0}),
+    "EnginePreemptionsHigh": Condition(ENGINE, {"preemption_rate": 0.5}, {"preemption_rate": 0.01}),
+    "EngineWaitingRequestsGrowing": Condition(ENGINE, {"waiting_growth": 0.02, "waiting_requests": 30},
+                                              {"waiting_growth": 0}),
+    "EngineKvCacheFillPredicted": Condition(ENGINE, {"kv_cache_predicted_ratio": 1.2, "kv_cache_used_ratio": 0.6},
+                                            {"kv_cache_predicted_ratio": 0.8}),
+    "EngineGpuMemoryFillPredicted": Condition(GPU, {"memory_predicted_ratio": 1.2, "memory_used_ratio": 0.5},
+                                              {"memory_predicted_ratio": 0.7}),
     "LlmTtftP95High": Condition(LLM, {"ttft_p95_seconds": 0.8, "request_rate": 10}, {"ttft_p95_seconds": 0.138}),
     "LlmTtftBurnRate": Condition({"tier": "realtime", "window": "fast-1h", "slo": "ttft"},
                                  {"slo_miss_long": 0.3, "slo_miss_short": 0.4, "short_window_request_rate": 5},
@@ -327,6 +338,37 @@ FINDINGS = {
                                                                {"rules_difference": 0, "reload_failures": 0}),
     ("PrometheusReplicasDisagree", "targets-reached-differently"): F({"dial_failure_difference": 0.5},
                                                                      {"dial_failure_difference": 0}),
+    # L2 engines, and the engine findings of the slow-first-token and queue-time pages.
+    ("EngineKvCacheFull", "engine-saturated"): F({"max_running_requests": 64, "running_requests": 64},
+                                                 {"running_requests": 10}),
+    ("EngineKvCacheFull", "long-contexts"): F({"max_running_requests": 64, "running_requests": 4},
+                                              {"running_requests": 40}),
+    ("EngineKvCacheFull", "preemptions"): F({"preemption_rate": 0.5}, {"preemption_rate": 0}),
+    ("EngineKvCacheFull", "prefix-cache-cold"): F({"prefix_cache_hit_ratio": 0.02}, {"prefix_cache_hit_ratio": 0.6}),
+    ("EnginePreemptionsHigh", "kv-cache-full"): F(
+        {"kv_cache_used_ratio": 0.97, "running_requests": 30, "waiting_requests": 4}, {"kv_cache_used_ratio": 0.5}),
+    ("EnginePreemptionsHigh", "prefix-cache-cold"): F({"prefix_cache_hit_ratio": 0.02},
+                                                      {"prefix_cache_hit_ratio": 0.6}),
+    ("EngineWaitingRequestsGrowing", "kv-cache-full"): F({"kv_cache_used_ratio": 0.95}, {"kv_cache_used_ratio": 0.5}),
+    ("EngineWaitingRequestsGrowing", "engine-saturated"): F({"max_running_requests": 64, "running_requests": 64},
+                                                            {"running_requests": 10}),
+    ("EngineWaitingRequestsGrowing", "capacity"): F(
+        {"kv_cache_used_ratio": 0.5, "running_requests": 10, "max_running_requests": 64},
+        {"kv_cache_used_ratio": 0.95}),
+    ("EngineKvCacheFillPredicted", "traffic-growth"): F({"running_requests": 20}, {"running_requests": 0}),
+    ("EngineGpuMemoryFillPredicted", "memory-growth"): F({}, {"memory_predicted_ratio": 0.7}),
+    ("LlmTtftP95High", "kv-cache-full"): F(
+        {"engine_reporting": 1, "engine_kv_cache_used_ratio": 0.97, "engine_waiting_requests": 37},
+        {"engine_waiting_requests": 0}),
+    ("LlmTtftP95High", "engine-saturated"): F(
+        {"engine_reporting": 1, "engine_running_of_max": 1, "engine_running_requests": 64,
+         "engine_max_running_requests": 64}, {"engine_running_of_max": 0.5}),
+    ("TritonQueueTimeP95High", "kv-cache-full"): F(
+        {"engine_reporting": 1, "engine_kv_cache_used_ratio": 0.97, "engine_waiting_requests": 37},
+        {"engine_waiting_requests": 0}),
+    ("TritonQueueTimeP95High", "engine-saturated"): F(
+        {"engine_reporting": 1, "engine_running_of_max": 1, "engine_running_requests": 64,
+         "engine_max_running_requests": 64}, {"engine_running_of_max": 0.5}),
     ("PrometheusReplicasDisagree", "replica-overloaded"): F({"missed_evaluations": 0.1}, {"missed_evaluations": 0}),
 }
 

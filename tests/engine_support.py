@@ -1,0 +1,105 @@
+"""Test support: a small exposition server for an LLM engine backend's families (tests/fixtures/engine/), whose
+values a test changes over time, for the real Prometheus to scrape as it scrapes Triton's :8002/metrics.
+
+A fixture is the backend's /metrics body as its source writes it (docs/sources.md#llm-engines). `set()`
+replaces one sample's value; `ramp()` makes a sample grow at a rate (a counter), read at each scrape.
+"""
+
+from __future__ import annotations
+
+import http.server
+import re
+import threading
+import time
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engine"
+SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{[^}]*\})? (?P<value>\S+)$")
+
+
+def _key(name: str, labels: dict[str, str]) -> tuple:
+    return name, tuple(sorted(labels.items()))
+
+
+def _labels(text: str | None) -> dict[str, str]:
+    return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', text or ""))
+
+
+class EngineExposition:
+    """Serves `fixture` (a file name under tests/fixtures/engine/) on 127.0.0.1:<port>/metrics."""
+
+    def __init__(self, fixture: str):
+        self.lines = (FIXTURES / fixture).read_text().splitlines()
+        self.values: dict[tuple, tuple[float, float, float]] = {}  # key -> (value, per second, since)
+        self.lock = threading.Lock()
+        self.scrapes = 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                if self.path != "/metrics":
+                    self.send_error(404)
+                    return
+                body = server.render().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.httpd.server_address[1]}"
+
+    def set(self, name: str, value: float, **labels: str) -> None:
+        self._put(name, labels, value, 0.0)
+
+    def ramp(self, name: str, per_second: float, **labels: str) -> None:
+        """The sample grows by `per_second` from its current value on (a counter's increase)."""
+        self._put(name, labels, self._current(name, labels), per_second)
+
+    def _current(self, name: str, labels: dict[str, str]) -> float:
+        for line in self.lines:
+            m = SAMPLE.match(line)
+            if m and m["name"] == name and _labels(m["labels"]).items() >= labels.items():
+                return self._value(m["name"], _labels(m["labels"]), float(m["value"]))
+        raise KeyError(f"{name}{labels} is not in the fixture")
+
+    def _put(self, name: str, labels: dict[str, str], value: float, per_second: float) -> None:
+        matched = False
+        with self.lock:
+            for line in self.lines:
+                m = SAMPLE.match(line)
+                if m and m["name"] == name and _labels(m["labels"]).items() >= labels.items():
+                    self.values[_key(name, _labels(m["labels"]))] = (value, per_second, time.monotonic())
+                    matched = True
+        if not matched:
+            raise KeyError(f"{name}{labels} is not in the fixture")
+
+    def _value(self, name: str, labels: dict[str, str], default: float) -> float:
+        value, per_second, since = self.values.get(_key(name, labels), (default, 0.0, 0.0))
+        return value + per_second * (time.monotonic() - since) if per_second else value
+
+    def render(self) -> str:
+        out = []
+        with self.lock:
+            self.scrapes += 1
+            for line in self.lines:
+                m = SAMPLE.match(line)
+                if not m:
+                    out.append(line)
+                    continue
+                value = self._value(m["name"], _labels(m["labels"]), float(m["value"]))
+                out.append(f"{m['name']}{m['labels'] or ''} {value!r}")
+        return "\n".join(out) + "\n"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
