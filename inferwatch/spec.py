@@ -833,7 +833,7 @@ class Spec:
     models: list[str] = field([], doc="declared models for gateway labels; others fold into 'other'")
     upstreams: dict[str, Upstream] = field({}, doc="the servers behind the gateway and the models each serves "
                                                    "(inferwatch/upstreams.py); none: every model is Triton's")
-        tiers: dict[str, Tier] = field({"realtime": Tier(), "standard": Tier(ttft_p95_seconds=1.0, ttft_slo_seconds=2.0),
+    tiers: dict[str, Tier] = field({"realtime": Tier(), "standard": Tier(ttft_p95_seconds=1.0, ttft_slo_seconds=2.0),
                                     "batch": Tier(ttft_p95_seconds=10.0, ttft_slo_seconds=20.0)})
     gateway: GatewaySettings = field(GatewaySettings)
     channels: dict[str, Channel] = field({})
