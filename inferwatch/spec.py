@@ -10,6 +10,7 @@ operating experience noted in the issues (e.g. GPU temperature 85 °C, Triton P9
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any
@@ -403,6 +404,14 @@ class GatewaySettings:
     idle_timeout: Duration = field(_d("75s"), doc="a kept-alive connection without a request this long is closed")
     send_timeout: Duration = field(_d("60s"), doc="a client that takes nothing of its answer this long (its buffer "
                                                   "full) is cut off; the upstream request is closed")
+    tenant_trusted_proxies: list[str] = field(
+        ["127.0.0.1/32", "::1/128"],
+        doc="addresses or CIDR networks whose tenant_header is believed (the authenticating proxy in front); "
+            "from any other peer the header is removed and the request billed to `other` "
+            "(exporters/gateway/tenancy.py)")
+    tenant_api_keys: Secret | None = field(
+        None, doc="secret reference to lines `<api key> <tenant>`: a request with `Authorization: Bearer <key>` "
+                  "is billed to that tenant whatever header it sent")
 
     def _validate(self, path: str) -> None:
         for name in ("max_body_bytes", "max_answer_bytes"):
@@ -410,6 +419,12 @@ class GatewaySettings:
                 raise SpecError(f"{path}.{name}", f"expected at least 1024, got {getattr(self, name)}")
         if self.max_connections < 16:
             raise SpecError(f"{path}.max_connections", f"expected at least 16, got {self.max_connections}")
+        for i, cidr in enumerate(self.tenant_trusted_proxies):
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise SpecError(f"{path}.tenant_trusted_proxies[{i}]",
+                                f"expected an IP address or CIDR network, got {cidr!r}") from None
 
 
 # ------------------------------------------------------------------------------------ notifier routing

@@ -21,6 +21,7 @@ import asyncio
 import base64
 import hmac
 import logging
+import os
 import sqlite3
 import sys
 import threading
@@ -60,6 +61,9 @@ def open_outbox(path: Path, dedup_window_s: float, move_damaged: bool) -> Outbox
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot use --data-dir {path.parent}: {exc.strerror or exc}") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot use --data-dir {path.parent}: not writable (a read-only file system or "
+                         "wrong owner); the outbox needs to create its files there")
     damage = integrity.check(path)
     if damage is not None:
         if not move_damaged:
@@ -126,7 +130,7 @@ class NotifierService:
         self.probe_bytes = min(PROBE_MIN_BYTES, spec.notifier.max_body_bytes)
         # A write now, so readiness and inferwatch_notifier_outbox_writable are true from the start (a full disk
         # after a restart is known before the first webhook gets 503); a failure is logged once by the outbox.
-        self.outbox.probe(self.probe_bytes)
+        self._probe_ok = self.outbox.probe(self.probe_bytes)  # the last readiness probe's result
         self.router = Router(spec)
         check_channel_secrets(spec)
         self.channels = {name: build_channel(name, c) for name, c in spec.channels.items()}
@@ -410,11 +414,15 @@ class NotifierService:
         """Ready while webhooks can be accepted: the outbox can be written — probed with a write as large as
         the largest webhook seen (at least PROBE_MIN_BYTES), at most once a second while it cannot and every
         READY_WRITABLE_PROBE_S while it can — and the intake committer runs."""
-        every = READY_WRITABLE_PROBE_S if self.outbox.writable else READY_PROBE_INTERVAL_S
+        # Ready needs the last webhook-sized probe to have succeeded: a small write that succeeds meanwhile (a
+        # delivery outcome) clears the outbox's write error but says nothing of a webhook's room.
+        healthy = self._probe_ok and self.outbox.writable
+        every = READY_WRITABLE_PROBE_S if healthy else READY_PROBE_INTERVAL_S
         if time.monotonic() - self._last_probe >= every:
             self._last_probe = time.monotonic()
-            await asyncio.get_running_loop().run_in_executor(None, self.outbox.probe, self.probe_bytes)
-        if not self.outbox.writable:
+            self._probe_ok = await asyncio.get_running_loop().run_in_executor(None, self.outbox.probe,
+                                                                              self.probe_bytes)
+        if not self.outbox.writable or not self._probe_ok:
             return web.Response(status=503,
                                 text=f"not ready: the outbox cannot be written ({self.outbox.write_error})\n")
         if not self.committer.running:

@@ -171,3 +171,44 @@ def test_move_damaged_outbox_starts_empty_and_records_the_loss(tmp_path, sims, a
     # The recorded loss survives a restart (the alert keeps firing for its window) and the new outbox is whole.
     with notifier_process(spec_file, data_dir, tmp_path / "again.log") as (_proc, url):
         assert metric(url, "inferwatch_notifier_outbox_lost_webhooks") == N
+
+
+def _read_only_mount(d):
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(d)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("no mount rights for a read-only file system")
+    return lambda: subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def _a_file(d):
+    d.write_text("not a directory")
+    return None
+
+
+def _under_a_file(d):
+    d.parent.write_text("x")  # `file/data`: its parent is a file
+    return None
+
+
+UNUSABLE = [
+    # (name, how the data dir is made unusable, its path under tmp_path, what the line says)
+    ("read-only file system", _read_only_mount, "ro", "not writable"),
+    ("a file, not a directory", _a_file, "file-dir", "cannot use --data-dir"),
+    ("below a file", _under_a_file, "file/data", "cannot use --data-dir"),
+]
+
+
+@pytest.mark.parametrize("name,make,where,says", UNUSABLE, ids=[u[0] for u in UNUSABLE])
+def test_unusable_data_dir_is_one_line(tmp_path, sims, name, make, where, says):
+    data_dir = tmp_path / where
+    undo = make(data_dir)
+    try:
+        r = _start(_spec_file(tmp_path, sims), data_dir)
+    finally:
+        if undo:
+            undo()
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("inferwatch: error: ") and says in lines[0], lines

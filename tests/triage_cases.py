@@ -105,7 +105,8 @@ CONDITION = {
     "NotifierOutboxUnwritable": Condition({"job": "inferwatch-notifier", "instance": "n:9410", "node": "node-a"},
                                           {"outbox_writable": 0}, {"outbox_writable": 1}),
     "NotifierOutboxDamaged": Condition({"job": "inferwatch-notifier", "instance": "n:9410", "node": "node-a"},
-                                       {"damaged_age_seconds": 600, "lost_webhooks": 20}, {"damaged_age_seconds": 90000}),
+                                       {"damaged_age_seconds": 600, "lost_webhooks": 20},
+                                       {"damaged_age_seconds": 90000}),
     "NotifierWebhooksRefused": Condition({"node": "node-a", "outcome": "unauthorized"}, {"refused_recent": 2},
                                          {"refused_recent": 0}),
     # The alerting path's replicas ---------------------------------------------------------------------
