@@ -10,6 +10,7 @@ operating experience noted in the issues (e.g. GPU temperature 85 °C, Triton P9
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any
@@ -448,6 +449,14 @@ class GatewaySettings:
     grpc_certificate_file: str = field("", doc="PEM certificate chain of the gRPC listener (--grpc-upstream); with "
                                                "grpc_private_key_file it speaks TLS, else h2c (cleartext HTTP/2)")
     grpc_private_key_file: str = field("", doc="PEM private key of grpc_certificate_file (a file path, never the key)")
+    tenant_trusted_proxies: list[str] = field(
+        ["127.0.0.1/32", "::1/128"],
+        doc="addresses or CIDR networks whose tenant_header is believed (the authenticating proxy in front); "
+            "from any other peer the header is removed and the request billed to `other` "
+            "(exporters/gateway/tenancy.py)")
+    tenant_api_keys: Secret | None = field(
+        None, doc="secret reference to lines `<api key> <tenant>`: a request with `Authorization: Bearer <key>` "
+                  "is billed to that tenant whatever header it sent")
 
     def _validate(self, path: str) -> None:
         for name in ("max_body_bytes", "max_answer_bytes"):
@@ -458,6 +467,12 @@ class GatewaySettings:
         if bool(self.grpc_certificate_file) != bool(self.grpc_private_key_file):
             raise SpecError(f"{path}.grpc_certificate_file", "grpc_certificate_file and grpc_private_key_file "
                             "go together (TLS needs both)")
+        for i, cidr in enumerate(self.tenant_trusted_proxies):
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise SpecError(f"{path}.tenant_trusted_proxies[{i}]",
+                                f"expected an IP address or CIDR network, got {cidr!r}") from None
 
 
 # ------------------------------------------------------------------------------------ notifier routing

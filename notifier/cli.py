@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also accept webhooks on PORT, bound with SO_REUSEPORT: replicas on one host (each with "
                         "its own --port and --data-dir) share it, and a dead replica's connections go to the "
                         "others; point targets.notifier at it")
+    p.add_argument("--move-damaged-outbox", action="store_true",
+                   help="when the outbox is damaged or lacks acknowledged webhooks (refused otherwise), move its "
+                        "files aside to <file>.damaged-<time> and start empty, recording the loss "
+                        "(inferwatch_notifier_outbox_lost_webhooks, alert NotifierOutboxDamaged)")
     p.set_defaults(func=run, notifier_command=None)
     nsub = p.add_subparsers(dest="notifier_command", metavar="{routes,outbox}")
 
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     if args.spec:
         # Enrichment hooks (e.g. inferwatch.triage.hook) read the same spec the notifier runs with.
         os.environ.setdefault("INFERWATCH_SPEC", str(Path(args.spec).resolve()))
-    NotifierService(spec, args.data_dir, args.host, args.port, args.shared_port).serve_forever()
+    NotifierService(spec, args.data_dir, args.host, args.port, args.shared_port,
+                    move_damaged=args.move_damaged_outbox).serve_forever()
     return 0
 
 

@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
 
+from inferwatch.notifier import integrity
 from inferwatch.notifier.model import WebhookMessage, message_from_dict, parse_time
 from inferwatch.redaction import redact
 
@@ -137,7 +138,8 @@ class AlreadyDelivered(RuntimeError):
 
 
 class Outbox:
-    def __init__(self, path: str | Path, *, dedup_window_s: float = 1800.0):
+    def __init__(self, path: str | Path, *, dedup_window_s: float = 1800.0, ledger: bool = False):
+        """`ledger`: keep `<path>.acked` up to date after every intake commit (the service; integrity.py)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.dedup_window_s = dedup_window_s
@@ -152,6 +154,9 @@ class Outbox:
         self.write_errors: Counter = Counter({op: 0 for op in WRITE_OPERATIONS})
         self._state_lock = threading.Lock()
         self._on_writable: list[Callable[[], None]] = []
+        self.ledger = integrity.Ledger(self.path) if ledger else None
+        if self.ledger is not None:
+            self.ledger.advance(*integrity.highest_ids(self._db()))
 
     def _add_column(self, table: str, column: str, kind: str) -> None:
         if column in {r["name"] for r in self._db().execute(f"PRAGMA table_info({table})")}:
@@ -169,12 +174,18 @@ class Outbox:
 
     def _write(self, operation: str, fn: Callable[[sqlite3.Connection], object]):
         """Run `fn(db)` in one transaction; track the outbox's write state. Raises OutboxError."""
+        highest = None
         try:
             with self._tx() as db:
                 result = fn(db)
+                if operation == "intake" and self.ledger is not None:
+                    highest = integrity.highest_ids(db)
         except sqlite3.Error as exc:
             self._failed(operation, exc)
             raise OutboxError(f"outbox write failed: {exc}") from exc
+        if highest is not None and self.ledger is not None:
+            # After the commit (fsynced): the ledger is never ahead of the database.
+            self.ledger.advance(*highest)
         self._succeeded()
         return result
 
@@ -202,11 +213,14 @@ class Outbox:
         """Call `callback` whenever a write succeeds after failures (e.g. to retry held writes at once)."""
         self._on_writable.append(callback)
 
-    def probe(self) -> bool:
-        """Try a one-row write; True when the outbox can be written (and the write state says so)."""
+    def probe(self, size: int = 0) -> bool:
+        """Try a one-row write of `size` bytes (a webhook's size: a token write fits where a webhook does not, in
+        the WAL's reused frames or a filesystem's last blocks); True when the outbox can be written (and the
+        write state says so). The row is replaced by the next probe, so it costs at most `size` bytes."""
         try:
             self._write("probe", lambda db: db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES "
-                                                       "('probe', ?)", (str(time.time()),)))
+                                                       "('probe', ? || hex(randomblob(?)))",
+                                                       (str(time.time()), max(size, 0) // 2)))
         except OutboxError:
             return False
         return True

@@ -21,6 +21,7 @@ import asyncio
 import base64
 import hmac
 import logging
+import os
 import sqlite3
 import sys
 import threading
@@ -31,6 +32,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from inferwatch.connections import ACCEPT_BACKLOG, ConnectionGuard, Settings, connection_cap, raise_fd_limit
+from inferwatch.errors import UsageError
+from inferwatch.notifier import integrity
 from inferwatch.notifier.channels import build_channel
 from inferwatch.notifier.committer import GroupCommitter
 from inferwatch.notifier.exposition import metrics_handler
@@ -48,6 +51,35 @@ log = logging.getLogger(__name__)
 
 OUTBOX_FILE = "outbox.sqlite3"
 READY_PROBE_INTERVAL_S = 1.0  # while the outbox is unwritable, /-/ready tries a write at most this often
+READY_WRITABLE_PROBE_S = 10.0  # while it is writable, at most this often (a disk that filled without a webhook)
+PROBE_MIN_BYTES = 64 * 1024  # a readiness probe writes at least this much: a webhook of a few alerts
+
+
+def open_outbox(path: Path, dedup_window_s: float, move_damaged: bool) -> Outbox:
+    """The service's outbox after the integrity check (integrity.py); raises OutboxDamaged or UsageError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot use --data-dir {path.parent}: {exc.strerror or exc}") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot use --data-dir {path.parent}: not writable (a read-only file system or "
+                         "wrong owner); the outbox needs to create its files there")
+    damage = integrity.check(path)
+    if damage is not None:
+        if not move_damaged:
+            raise integrity.refusal(damage)
+        moved = integrity.move_aside(path)
+        log.error("%s: moved aside to %s (%s); starting with an empty outbox", damage.what,
+                  ", ".join(p.name for p in moved), "acknowledged webhooks lost: "
+                  + ("unknown" if damage.lost is None else str(damage.lost)))
+    try:
+        outbox = Outbox(path, dedup_window_s=dedup_window_s, ledger=True)
+        if damage is not None:
+            integrity.record_loss(outbox._db(), damage, time.time())
+    except (sqlite3.Error, OSError) as exc:
+        raise UsageError(f"cannot use the outbox {path} in --data-dir {path.parent}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
+    return outbox
 
 
 def check_channel_secrets(spec: Spec) -> None:
@@ -81,7 +113,10 @@ class _ServerLog(logging.LoggerAdapter):
 
 class NotifierService:
     def __init__(self, spec: Spec, data_dir: str | Path | None = None, host: str = "127.0.0.1", port: int = 9410,
-                 shared_port: int | None = None):
+                 shared_port: int | None = None, *, move_damaged: bool = False):
+        """Raises OutboxDamaged (integrity.py) when the outbox is damaged or incomplete, unless `move_damaged`
+        (then it is moved aside and the notifier starts empty, the loss recorded), and UsageError when the data
+        directory cannot hold an outbox (read-only, not a directory)."""
         self.spec = spec
         self.host = host
         self.port = port
@@ -89,14 +124,18 @@ class NotifierService:
         # kernel spreads new connections over the live ones (a killed replica's socket is gone at once).
         self.shared_port = shared_port
         self.data_dir = Path(data_dir or spec.notifier.data_dir)
-        self.outbox = Outbox(self.data_dir / OUTBOX_FILE, dedup_window_s=spec.notifier.dedup_window.seconds)
+        self.outbox = open_outbox(self.data_dir / OUTBOX_FILE, spec.notifier.dedup_window.seconds, move_damaged)
+        # Readiness probes write this much (a webhook's size, not a token row): the largest body seen, at least
+        # PROBE_MIN_BYTES, at most notifier.max_body_bytes.
+        self.probe_bytes = min(PROBE_MIN_BYTES, spec.notifier.max_body_bytes)
         # A write now, so readiness and inferwatch_notifier_outbox_writable are true from the start (a full disk
         # after a restart is known before the first webhook gets 503); a failure is logged once by the outbox.
-        self.outbox.probe()
+        self._probe_ok = self.outbox.probe(self.probe_bytes)  # the last readiness probe's result
         self.router = Router(spec)
         check_channel_secrets(spec)
         self.channels = {name: build_channel(name, c) for name, c in spec.channels.items()}
         self.metrics = NotifierMetrics(list(self.channels), self.outbox)
+        self.metrics.registry.register(integrity.LossCollector(self.outbox._db()))
         enrich = {i: (r.enrich, r.enrich_timeout.seconds) for i, r in enumerate(self.router.routes) if r.enrich}
         self.worker = DeliveryWorker(spec, self.outbox, self.channels, self.metrics, enrich)
         self.committer = GroupCommitter(self.outbox, metrics=self.metrics)
@@ -185,6 +224,8 @@ class NotifierService:
         except asyncio.TimeoutError:
             return self._refuse(request, 408, "malformed",
                                 f"body not received within {self.spec.notifier.body_timeout}", key="timeout")
+        # A readiness probe as large as the largest webhook seen (bounded by max_body_bytes already).
+        self.probe_bytes = max(self.probe_bytes, len(body))
         repairs: list[Repair] = []
         try:
             message = parse_webhook(body, repairs)
@@ -370,12 +411,18 @@ class NotifierService:
         return web.Response(text="ok\n")
 
     async def handle_ready(self, request: web.Request) -> web.Response:
-        """Ready while webhooks can be accepted: the outbox can be written (probed at most once a second
-        while it cannot) and the intake committer runs."""
-        if not self.outbox.writable and time.monotonic() - self._last_probe >= READY_PROBE_INTERVAL_S:
+        """Ready while webhooks can be accepted: the outbox can be written — probed with a write as large as
+        the largest webhook seen (at least PROBE_MIN_BYTES), at most once a second while it cannot and every
+        READY_WRITABLE_PROBE_S while it can — and the intake committer runs."""
+        # Ready needs the last webhook-sized probe to have succeeded: a small write that succeeds meanwhile (a
+        # delivery outcome) clears the outbox's write error but says nothing of a webhook's room.
+        healthy = self._probe_ok and self.outbox.writable
+        every = READY_WRITABLE_PROBE_S if healthy else READY_PROBE_INTERVAL_S
+        if time.monotonic() - self._last_probe >= every:
             self._last_probe = time.monotonic()
-            await asyncio.get_running_loop().run_in_executor(None, self.outbox.probe)
-        if not self.outbox.writable:
+            self._probe_ok = await asyncio.get_running_loop().run_in_executor(None, self.outbox.probe,
+                                                                              self.probe_bytes)
+        if not self.outbox.writable or not self._probe_ok:
             return web.Response(status=503,
                                 text=f"not ready: the outbox cannot be written ({self.outbox.write_error})\n")
         if not self.committer.running:

@@ -227,6 +227,8 @@ ALERTS: dict[str, AlertInfo] = {
         "L1", _W, "The notifier received alerts that no route matched.", ("node",), extra=("component",)),
     "NotifierOutboxUnwritable": _info(
         "L1", _C, "The notifier cannot write its outbox.", SCRAPE, extra=("component",)),
+    "NotifierOutboxDamaged": _info(
+        "L1", _C, "The notifier moved a damaged outbox aside.", SCRAPE, extra=("component",)),
     "NotifierWebhooksRefused": _info(
         "L1", _W, "The notifier refused webhooks.", ("node", "outcome"), extra=("component",)),
     "NotifierDown": _info("L1", _C, "The notifier cannot be scraped.", SCRAPE, ("job",), extra=("component",)),

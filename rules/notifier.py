@@ -4,7 +4,8 @@ fallback receiver that does not go through the notifier (a broken notifier canno
 Metrics (notifier/metrics.py): inferwatch_notifier_notifications_total{channel,outcome} with outcome
 delivered|retried|dead_lettered|superseded|cancelled, inferwatch_notifier_dead_letters_total{channel,reason},
 inferwatch_notifier_oldest_pending_age_seconds, inferwatch_notifier_unrouted_total,
-inferwatch_notifier_outbox_writable, inferwatch_notifier_webhooks_total{outcome}.
+inferwatch_notifier_outbox_writable, inferwatch_notifier_webhooks_total{outcome},
+inferwatch_notifier_outbox_damaged_timestamp_seconds (notifier/integrity.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ ATTEMPTS = 'outcome=~"delivered|retried|dead_lettered"'
 FAILED = 'outcome=~"retried|dead_lettered"'
 # Webhook answers Alertmanager does not retry (4xx): each one is a notification nobody will receive.
 REFUSED = 'outcome=~"unauthorized|too_large|malformed|wrong_endpoint"'
+# How long NotifierOutboxDamaged fires after a damaged outbox was moved aside: a working day, long enough
+# for the owners to read the lost notifications from the moved-aside file.
+DAMAGED_FOR_S = 86400
 
 
 def groups(spec: Spec) -> list[Group]:
@@ -66,6 +70,16 @@ def groups(spec: Spec) -> list[Group]:
               "critical",
               "The notifier on node {{ $labels.node }} cannot write its outbox (disk full or failing): it "
               "refuses new alerts with 503 until it can, and /-/ready fails.",
+              labels=dict(LABELS)),
+        # A damaged or incomplete outbox was moved aside at start (--move-damaged-outbox): acknowledged
+        # notifications in it were never delivered. Fires for a day after the move (the timestamp is kept in
+        # the new outbox, so restarts do not end it early).
+        Alert("NotifierOutboxDamaged",
+              f"time() - {notifier('inferwatch_notifier_outbox_damaged_timestamp_seconds')} < {DAMAGED_FOR_S}",
+              Duration(0), "critical",
+              "The notifier on node {{ $labels.node }} found its outbox damaged or incomplete and moved it aside "
+              "{{ $value | humanizeDuration }} ago: notifications it had acknowledged in it were not delivered; "
+              "read them from the moved-aside file.",
               labels=dict(LABELS)),
         Alert("NotifierWebhooksRefused",
               f"sum by (node, outcome) "

@@ -331,7 +331,8 @@ class ScriptedUpstream:
     A script is `Script(status, headers, items)`; items are bytes (written and flushed one by one),
     ("at", s) (wait until s seconds after the request arrived), ("cut",) (drop the connection without
     ending the body) and ("bulk", n, piece) (write `piece` until n bytes have gone, as fast as the
-    reader takes them). Each request's method, raw path and headers are kept in `received`.
+    reader takes them). Each request's method, raw path and headers (`headers` a dict, `header_list` every
+    field as sent) are kept in `received`.
     """
 
     def __init__(self):
@@ -354,7 +355,7 @@ class ScriptedUpstream:
         t0 = time.monotonic()
         await request.read()
         self.received.append({"method": request.method, "raw_path": request.raw_path,
-                              "headers": dict(request.headers)})
+                              "headers": dict(request.headers), "header_list": list(request.headers.items())})
         script = self.scripts.get(request.headers.get("X-Script", ""))
         if script is None:
             return web.Response(status=404, text="no script")

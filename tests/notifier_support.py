@@ -94,13 +94,14 @@ def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str
 
 @contextlib.contextmanager
 def notifier_process(spec_file: Path, data_dir: Path, stderr_path: Path, *, verbose: bool = False,
-                     env: dict | None = None, preexec_fn=None, stdout_path: Path | None = None):
+                     env: dict | None = None, preexec_fn=None, stdout_path: Path | None = None,
+                     args: tuple[str, ...] = ()):
     """The real `inferwatch notifier` CLI on a free loopback port; yields (process, base URL) once it answers
     /-/healthy, and stops it (SIGTERM, then SIGKILL) when the block ends. stderr (and stdout, when
-    `stdout_path` is given) go to files."""
+    `stdout_path` is given) go to files; `args` are more `inferwatch notifier` flags."""
     port = free_port()
     argv = [sys.executable, "-m", "inferwatch.cli", *(["-v"] if verbose else []), "notifier", "--spec",
-            str(spec_file), "--port", str(port), "--data-dir", str(data_dir)]
+            str(spec_file), "--port", str(port), "--data-dir", str(data_dir), *args]
     stdout = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
     proc = subprocess.Popen(argv, stdout=stdout, stderr=open(stderr_path, "wb"), env=env, preexec_fn=preexec_fn)
     url = f"http://127.0.0.1:{port}"

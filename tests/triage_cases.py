@@ -115,6 +115,9 @@ CONDITION = {
     "NotifierUnroutedAlerts": Condition({"node": "node-a"}, {"unrouted_recent": 2}, {"unrouted_recent": 0}),
     "NotifierOutboxUnwritable": Condition({"job": "inferwatch-notifier", "instance": "n:9410", "node": "node-a"},
                                           {"outbox_writable": 0}, {"outbox_writable": 1}),
+    "NotifierOutboxDamaged": Condition({"job": "inferwatch-notifier", "instance": "n:9410", "node": "node-a"},
+                                       {"damaged_age_seconds": 600, "lost_webhooks": 20},
+                                       {"damaged_age_seconds": 90000}),
     "NotifierWebhooksRefused": Condition({"node": "node-a", "outcome": "unauthorized"}, {"refused_recent": 2},
                                          {"refused_recent": 0}),
     # The alerting path's replicas ---------------------------------------------------------------------
@@ -323,6 +326,8 @@ FINDINGS = {
     ("NotifierUnroutedAlerts", "routing-gap"): F({}, {"unrouted_recent": 0}),
     ("NotifierOutboxUnwritable", "outbox-unwritable-refusing"): F({"intake_refused_503": 3}, {"intake_refused_503": 0}),
     ("NotifierOutboxUnwritable", "outbox-unwritable"): F({}, {"outbox_writable": 1}),
+    ("NotifierOutboxDamaged", "acknowledged-lost"): F({"lost_webhooks": 20}, {"lost_webhooks": 0}),
+    ("NotifierOutboxDamaged", "outbox-moved-aside"): F({}, {"damaged_age_seconds": 90000}),
     ("NotifierWebhooksRefused", "token-mismatch"): F({"refused_unauthorized": 2, "alertmanager_webhook_failures": 2},
                                                      {"refused_unauthorized": 0}),
     ("NotifierWebhooksRefused", "body-too-large"): F({"refused_too_large": 1}, {"refused_too_large": 0}),

@@ -41,7 +41,9 @@ from inferwatch.exporters.gateway.api import Gateway
 from inferwatch.exporters.gateway.exchange import Exchange
 from inferwatch.exporters.gateway.httpserver import Request, ServerConnection
 from inferwatch.exporters.gateway.routes import BadTarget, canonical_target, decoded_path
+from inferwatch.exporters.gateway.tenancy import Tenancy, TenantRefused
 from inferwatch.exporters.gateway.upstream import Pool, Response, UpstreamError, request_head
+from inferwatch.ratelog import ConditionLog
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +85,15 @@ class Proxy:
         settings = gateway.spec.gateway
         self.gateway = gateway
         self.upstream, auth = split_credentials(upstream)  # self.upstream is safe to log
+        # The upstream URL's path (`http://h/base` → `/base`) prefixes every forwarded target, metered or not:
+        # the target is canonical (dot segments resolved, routes.py) before it is joined, so no request
+        # reaches a path outside the base.
+        self.base_path = URL(self.upstream).raw_path.rstrip("/")
         self._authorization = auth.encode() if auth is not None else None
         self.timeout_s = timeout_s if timeout_s is not None else settings.upstream_timeout.seconds
         self.max_body_bytes = max_body_bytes if max_body_bytes is not None else settings.max_body_bytes
+        self.tenancy = Tenancy(gateway.spec)  # who a request is billed to (tenancy.py)
+        self._refusals = ConditionLog(log)
         self.session: aiohttp.ClientSession | None = None  # unmetered requests
         self.pool: Pool | None = None  # metered requests (upstream.py)
         # Called with the outcome ("error", "timeout") of each failure answered for this upstream (router.py).
@@ -115,6 +123,20 @@ class Proxy:
             _json_error(conn, 400, f"bad request target: {exc}")
             return None
         path = decoded_path(target)
+        try:
+            tenant = self.tenancy.resolve(request.headers, request.remote)
+        except TenantRefused as exc:
+            self._refusals.log(f"tenant:{str(exc)[:40]}", logging.INFO, "refused %s request from %s: %s",
+                               request.method, request.remote, exc)
+            _json_error(conn, 400, str(exc))
+            return None
+        fields = request.fields
+        if fields.get(self.tenancy.header) != tenant:
+            # The one normalised, trusted value (or none) is what is billed and what the upstream sees.
+            fields = {k: v for k, v in fields.items() if k != self.tenancy.header}
+            if tenant is not None:
+                fields[self.tenancy.header] = tenant
+            request.fields = fields
         if request.too_large:
             self._refuse(request, conn, path)
             return None
@@ -123,7 +145,7 @@ class Proxy:
         # A list, so a header the client repeats reaches the upstream repeated, not collapsed to one.
         headers = []
         chain = []
-        for k, v in request.headers:
+        for k, v in self.tenancy.rewrite(request.headers, tenant):
             lower = k.lower()
             if lower not in _NOT_FORWARDED:
                 headers.append((k, v))
@@ -139,7 +161,7 @@ class Proxy:
         if ex is None:
             return self._unmetered(request, conn, target, body, headers)
         ex.meter.upstream_begin()
-        head = request_head(request.method, target, self.pool.host_header,
+        head = request_head(request.method, self.base_path + target, self.pool.host_header,
                             [(k, v) for k, v in headers if k.lower() != "expect"], len(body))
         upstream = self.pool.take()
         if upstream is None:
@@ -231,8 +253,10 @@ class Proxy:
 
 
 def _response_headers(pairs) -> Headers:
+    """The upstream's answer fields the client gets: hop-by-hop ones dropped, and every `X-Token-Used*`
+    (any casing or suffix): the billing header is the gateway's alone, an upstream's copy could forge it."""
     # A list keeps repeated fields (Set-Cookie) as the upstream sent them.
-    return [(k, v) for k, v in pairs if k.lower() not in _HOP_BY_HOP]
+    return [(k, v) for k, v in pairs if k.lower() not in _HOP_BY_HOP and not k.lower().startswith("x-token-used")]
 
 
 def _field(headers: Headers, name: str) -> str | None:

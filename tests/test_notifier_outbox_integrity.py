@@ -1,0 +1,214 @@
+"""A damaged or incomplete outbox must never lose acknowledged notifications quietly.
+
+The real `inferwatch notifier` acknowledges N webhooks while its channels are down (so every one is pending
+in the outbox), then is killed (SIGKILL: the newest commits live in `outbox.sqlite3-wal`) or stopped cleanly.
+The outbox files are then damaged as a backup, a volume move or a failing disk would: the `-wal` deleted or
+cut in half, the main file truncated or deleted, random bytes written inside it. A restart must refuse with
+one line naming what is missing and how to recover (exit 2, no traceback), or, with
+`--move-damaged-outbox`, move the files aside, start empty and expose the loss; an undamaged outbox (the
+control rows) starts and delivers all N.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import requests
+import yaml
+
+from inferwatch.testing.channels import ProviderSimulators
+from inferwatch.testing.process import free_port
+from notifier_support import AUTH, metric, notifier_process, spec_data, wait_for, webhook
+
+N = 20
+DB = "outbox.sqlite3"
+
+
+@pytest.fixture(scope="module")
+def sims():
+    with ProviderSimulators() as s:
+        yield s
+
+
+def _spec_file(tmp_path, sims):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec_data(sims)))
+    return path
+
+
+def _acknowledge(tmp_path, sims, data_dir, stop: str) -> None:
+    """N L1 webhooks acknowledged (200) while PagerDuty and the voice provider are down; then `stop` the
+    notifier: "kill" (SIGKILL) or "clean" (SIGTERM)."""
+    sims.pagerduty.set_mode("down")
+    sims.voice.set_mode("down")
+    with notifier_process(_spec_file(tmp_path, sims), data_dir, tmp_path / "first.log") as (proc, url):
+        for i in range(N):
+            r = requests.post(url + "/alerts", json=webhook(f"Lost{i}", "L1"), headers=AUTH, timeout=10)
+            assert r.status_code == 200, r.text
+        if stop == "kill":
+            proc.kill()
+            proc.wait(10)
+    assert (data_dir / DB).exists()
+    if stop == "kill":
+        assert (data_dir / (DB + "-wal")).stat().st_size > 0  # what the damage below acts on
+    sims.pagerduty.set_mode("ok")
+    sims.voice.set_mode("ok")
+
+
+def _delete_wal(d):
+    (d / (DB + "-wal")).unlink()
+
+
+def _halve_wal(d):
+    wal = d / (DB + "-wal")
+    os.truncate(wal, wal.stat().st_size // 2)
+
+
+def _truncate_db(d):
+    os.truncate(d / DB, 0)
+
+
+def _copy_main_only(d):
+    # A backup or volume move that takes the main file alone: the -wal and -shm stay behind.
+    for suffix in ("-wal", "-shm"):
+        (d / (DB + suffix)).unlink(missing_ok=True)
+
+
+def _delete_db(d):
+    for suffix in ("", "-wal", "-shm"):
+        (d / (DB + suffix)).unlink(missing_ok=True)
+
+
+def _random_bytes(d):
+    path = d / DB
+    with open(path, "r+b") as f:
+        f.seek(1024)
+        f.write(os.urandom(min(8192, path.stat().st_size - 1024)))
+
+
+DAMAGE = [
+    # (name, how the notifier stopped, the damage, what the refusal line must say)
+    ("wal deleted after SIGKILL", "kill", _delete_wal, rf"lacks {N} acknowledged webhook\(s\).*-wal is missing"),
+    ("main file copied alone", "kill", _copy_main_only, rf"lacks {N} acknowledged webhook\(s\).*-wal is missing"),
+    ("wal cut in half", "kill", _halve_wal, r"lacks [1-9]\d* acknowledged webhook\(s\).*-wal or the database was "
+                                            r"cut short"),
+    ("main file truncated", "kill", _truncate_db, rf"lacks {N} acknowledged webhook\(s\)"),
+    ("outbox deleted", "kill", _delete_db, rf"is missing while its ledger outbox.sqlite3.acked records {N}"),
+    ("random bytes after a clean stop", "clean", _random_bytes, r"integrity check|cannot be read"),
+]
+
+
+def _start(spec_file, data_dir, *args):
+    argv = [sys.executable, "-m", "inferwatch.cli", "notifier", "--spec", str(spec_file), "--port", str(free_port()),
+            "--data-dir", str(data_dir), *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def acknowledged(tmp_path_factory, sims):
+    """{stop: a data dir holding N acknowledged, undelivered webhooks}, filled once per way of stopping; each
+    test damages its own copy."""
+    out = {}
+    for stop in ("kill", "clean"):
+        base = tmp_path_factory.mktemp(f"acknowledged-{stop}")
+        _acknowledge(base, sims, base / "data", stop)
+        out[stop] = base / "data"
+    return out
+
+
+@pytest.mark.parametrize("name,stop,damage,says", DAMAGE, ids=[d[0] for d in DAMAGE])
+def test_damaged_outbox_refuses_to_start_with_one_line(tmp_path, sims, acknowledged, name, stop, damage, says):
+    data_dir = tmp_path / "data"
+    shutil.copytree(acknowledged[stop], data_dir)
+    damage(data_dir)
+    r = _start(_spec_file(tmp_path, sims), data_dir)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("inferwatch: error: "), lines
+    assert re.search(says, lines[0]), lines[0]
+    assert "--move-damaged-outbox" in lines[0] and "restore" in lines[0]
+
+
+@pytest.mark.parametrize("stop", ["kill", "clean"])
+def test_undamaged_outbox_starts_and_delivers_every_acknowledged_notification(tmp_path, sims, acknowledged, stop):
+    """The control rows: no false alarm after a SIGKILL or a clean stop, and all N reach PagerDuty."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(acknowledged[stop], data_dir)
+    before = len(sims.pagerduty.received)
+    with notifier_process(_spec_file(tmp_path, sims), data_dir, tmp_path / "second.log") as (_proc, url):
+        def delivered():
+            return {m for r in sims.pagerduty.received[before:] for m in re.findall(r"Lost\d+", r.text)}
+        wait_for(lambda: len(delivered()) == N, timeout=60, what=f"{N} notifications delivered")
+        assert requests.get(url + "/-/ready", timeout=10).status_code == 200
+        samples = [line for line in requests.get(url + "/metrics", timeout=10).text.splitlines()
+                   if line.startswith(("inferwatch_notifier_outbox_lost_webhooks",
+                                       "inferwatch_notifier_outbox_damaged_timestamp_seconds"))]
+        assert samples == []  # nothing lost: no sample (not 0, which would claim a count)
+
+
+def test_move_damaged_outbox_starts_empty_and_records_the_loss(tmp_path, sims, acknowledged):
+    data_dir = tmp_path / "data"
+    shutil.copytree(acknowledged["kill"], data_dir)
+    _delete_wal(data_dir)
+    spec_file = _spec_file(tmp_path, sims)
+    log = tmp_path / "moved.log"
+    with notifier_process(spec_file, data_dir, log, args=("--move-damaged-outbox",)) as (_proc, url):
+        assert metric(url, "inferwatch_notifier_outbox_lost_webhooks") == N
+        assert metric(url, "inferwatch_notifier_outbox_damaged_timestamp_seconds") > 0
+        assert requests.get(url + "/-/ready", timeout=10).status_code == 200
+        r = requests.post(url + "/alerts", json=webhook("AfterMove", "L1"), headers=AUTH, timeout=10)
+        assert r.status_code == 200, r.text
+    moved = sorted(p.name for p in data_dir.iterdir() if ".damaged-" in p.name)
+    assert any(n.startswith(DB + ".damaged-") for n in moved), moved
+    assert any(n.startswith(DB + ".acked.damaged-") for n in moved), moved
+    assert f"acknowledged webhooks lost: {N}" in log.read_text()
+    # The recorded loss survives a restart (the alert keeps firing for its window) and the new outbox is whole.
+    with notifier_process(spec_file, data_dir, tmp_path / "again.log") as (_proc, url):
+        assert metric(url, "inferwatch_notifier_outbox_lost_webhooks") == N
+
+
+def _read_only_mount(d):
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(d)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("no mount rights for a read-only file system")
+    return lambda: subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def _a_file(d):
+    d.write_text("not a directory")
+    return None
+
+
+def _under_a_file(d):
+    d.parent.write_text("x")  # `file/data`: its parent is a file
+    return None
+
+
+UNUSABLE = [
+    # (name, how the data dir is made unusable, its path under tmp_path, what the line says)
+    ("read-only file system", _read_only_mount, "ro", "not writable"),
+    ("a file, not a directory", _a_file, "file-dir", "cannot use --data-dir"),
+    ("below a file", _under_a_file, "file/data", "cannot use --data-dir"),
+]
+
+
+@pytest.mark.parametrize("name,make,where,says", UNUSABLE, ids=[u[0] for u in UNUSABLE])
+def test_unusable_data_dir_is_one_line(tmp_path, sims, name, make, where, says):
+    data_dir = tmp_path / where
+    undo = make(data_dir)
+    try:
+        r = _start(_spec_file(tmp_path, sims), data_dir)
+    finally:
+        if undo:
+            undo()
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("inferwatch: error: ") and says in lines[0], lines
