@@ -323,3 +323,36 @@ def _live(address: str) -> bool:
                 service_pb2.ServerLiveRequest(), timeout=2).live
     except grpc.RpcError:
         return False
+
+
+@pytest.mark.parametrize("row,metadata,trusted,billed,status", [
+    # (row, tenant metadata as sent, trusted networks, tenant billed, gRPC status). A value with surrounding
+    # spaces cannot be sent: the gRPC client refuses it before it leaves (INTERNAL, client-side).
+    ("trusted_peer", [("x-tenant-id", "acme")], None, "acme", grpc.StatusCode.OK),
+    ("untrusted_peer_spoofs", [("x-tenant-id", "acme")], ["10.0.0.0/8"], "other", grpc.StatusCode.OK),
+    ("two_values", [("x-tenant-id", "acme"), ("x-tenant-id", "globex")], None, None,
+     grpc.StatusCode.INVALID_ARGUMENT),
+    ("a_list", [("x-tenant-id", "acme, globex")], None, None, grpc.StatusCode.INVALID_ARGUMENT),
+])
+def test_grpc_tenant_identity_follows_the_http_trust_rules(triton, row, metadata, trusted, billed, status):
+    spec = make_spec(tenant_trusted_proxies=trusted) if trusted else make_spec()
+    p = RunningProxy(triton.url, spec=spec, grpc_upstream=f"127.0.0.1:{triton.grpc_port}")
+    try:
+        with grpc.insecure_channel(p.grpc_address) as channel:
+            call = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(
+                iter([raw_request("t", max_tokens=2)]), metadata=metadata + [("x-service-name", "chat-web")],
+                timeout=20)
+            try:
+                list(call)
+                got = grpc.StatusCode.OK
+            except grpc.RpcError as exc:
+                got = exc.code()
+        assert got == status, row
+        if billed is not None:
+            p.wait_requests(1)
+            assert [u.tenant for u in p.usages] == [billed], row
+        else:
+            assert p.usages == [] and p.value("gateway_grpc_calls_total", method="ModelStreamInfer",
+                                              code="INVALID_ARGUMENT") == 1
+    finally:
+        p.stop()

@@ -33,6 +33,7 @@ from prometheus_client import Counter
 
 from inferwatch.exporters.gateway.api import Gateway
 from inferwatch.exporters.gateway.grpcmeter import SERVICE, CallMeter
+from inferwatch.exporters.gateway.tenancy import Tenancy, TenantRefused
 from inferwatch.ratelog import ConditionLog
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class GrpcProxy:
         self.channel: grpc.aio.Channel | None = None
         self.server: grpc.aio.Server | None = None
         self.port: int | None = None
+        self.tenancy = Tenancy(gateway.spec)  # who a call is billed to: the HTTP proxy's rules (tenancy.py)
+        self._refusals = ConditionLog(log)
 
     async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
         self.channel = grpc.aio.insecure_channel(self.upstream, options=[
@@ -117,7 +120,18 @@ class GrpcProxy:
 
     async def forward(self, method: str, requests: AsyncIterator[bytes], context) -> None:
         """Forward one call (the generic handler's body); see the module docstring."""
-        metadata = context.invocation_metadata() or ()
+        metadata = [(k, v) for k, v in context.invocation_metadata() or ()]
+        try:
+            tenant = self.tenancy.resolve([(k, v) for k, v in metadata if isinstance(v, str)], _peer_ip(context))
+        except TenantRefused as exc:
+            self._refusals.log(f"tenant:{str(exc)[:40]}", logging.INFO, "refused gRPC %s call from %s: %s",
+                               method_label(method), context.peer(), exc)
+            self.calls.labels(method_label(method), grpc.StatusCode.INVALID_ARGUMENT.name).inc()
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return
+        metadata = [(k, v) for k, v in metadata if k != self.tenancy.header]
+        if tenant is not None:
+            metadata.append((self.tenancy.header, tenant))  # lower case: gRPC metadata keys are
         meter: CallMeter | None = CallMeter(method, metadata, self.gateway.metrics, self.gateway.labels,
                                             self.llm_models, self.gateway.usage_sink,
                                             on_unmetered=self.gateway._unmetered)
@@ -176,6 +190,17 @@ class GrpcProxy:
         self.calls.labels(method_label(method), code.name).inc()
         if meter is not None:
             meter.end(code)
+
+
+def _peer_ip(context) -> str | None:
+    """The client's IP address from gRPC's peer string (`ipv4:1.2.3.4:5`, `ipv6:[::1]:5`), else None."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0] or None
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]") or None
+    return None
 
 
 class _Handler(grpc.GenericRpcHandler):
