@@ -49,13 +49,23 @@ SUMMARY_MARKER = b"_summary_us"
 @dataclasses.dataclass(frozen=True)
 class TargetConfig:
     """One Triton to poll. `headers` are resolved values (secrets revealed), sent on every API call;
-    `max_answer_bytes` bounds every answer read from it (answers.py)."""
+    `max_answer_bytes` bounds every answer read from it (answers.py); `pinned_address`: connect to this IP
+    for the URL's host name (one replica behind the name, replicas.py), "" to resolve it as usual."""
 
     name: str
     url: str
     metrics_url: str = ""
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    pinned_address: str = ""
+
+    def connector(self, **kwargs) -> aiohttp.TCPConnector:
+        """A connector for this target's calls (pinned to `pinned_address` when set)."""
+        if self.pinned_address:
+            from inferwatch.exporters.triton.pinning import PinnedResolver
+
+            kwargs["resolver"] = PinnedResolver(urlparse(self.url).hostname or "", self.pinned_address)
+        return aiohttp.TCPConnector(**kwargs)
 
     def resolved_metrics_url(self) -> str:
         if self.metrics_url:
@@ -110,7 +120,7 @@ class TritonReader:
 
     def _open(self) -> None:
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self.concurrency),
+            connector=self.target.connector(limit=self.concurrency),
             timeout=aiohttp.ClientTimeout(total=self.timeout),
             headers=self.target.headers or None)
         self._sem = asyncio.Semaphore(self.concurrency)
