@@ -160,3 +160,43 @@ def _stats(counts: dict[str, int]) -> dict:
 ], ids=["400-8-400-8", "growing", "inferences-back", "failures-back", "idle"])
 def test_counts_that_go_back_between_reads_mean_several_servers(reads, several):
     assert went_back([_stats(r) for r in reads]) is several
+
+
+@pytest.mark.slow
+def test_prometheus_reads_rate_zero_per_pod_and_no_blend(pods, tmp_path, prometheus_factory):
+    """The collector served over HTTP and scraped every second by the real Prometheus: idle pods behind a
+    name give two series whose rate() is 0; the same pods behind one round-robin address give no executions
+    series at all (where a blend read 8, 3, 8, 3 … and rate() showed traffic) and load_balanced 1."""
+    from prometheus_client import CollectorRegistry
+
+    from inferwatch.exporters.triton.server import metrics_server
+    from inferwatch.testing.prometheus import write_config
+
+    port = pods[0].http_port
+    dns = Dns({NAME: ["127.0.0.1", "127.0.0.2"]})
+    with RoundRobinProxy([(p.host, p.http_port) for p in pods]) as proxy:
+        collector = TritonCollector([
+            TargetConfig("svc", f"http://{NAME}:{port}", f"http://{NAME}:{pods[0].metrics_port}/metrics"),
+            TargetConfig("lb", f"http://127.0.0.1:{proxy.port}", pods[0].metrics_url)],
+            resolver=dns, interval=0.5)
+        registry = CollectorRegistry(support_collectors_without_names=True)
+        registry.register(collector)
+        server = metrics_server(registry, "127.0.0.1", 0)
+        server.start()
+        collector.start()
+        try:
+            prom = prometheus_factory(write_config(tmp_path / "prometheus.yml", [
+                {"job_name": "inferwatch-triton", "static_configs": [{"targets": [f"127.0.0.1:{server.port}"]}]}]))
+            executions = 'inferwatch_triton_model_executions_total{model="classifier", version="2"}'
+            prom.wait_for(f"count_over_time({executions}[10s])", timeout=60,
+                          predicate=lambda r: len(r) == 2 and all(float(x["value"][1]) >= 8 for x in r))
+            rates = prom.query(f"rate({executions}[10s])")
+            assert {x["metric"]["address"]: float(x["value"][1]) for x in rates} == {
+                f"127.0.0.1:{port}": 0.0, f"127.0.0.2:{port}": 0.0}
+            assert {x["metric"]["triton"] for x in rates} == {"svc"}   # nothing from the balanced address
+            balanced = prom.query("inferwatch_triton_target_load_balanced")
+            assert {(x["metric"]["triton"], x["metric"].get("address")): float(x["value"][1]) for x in balanced} == {
+                ("svc", f"127.0.0.1:{port}"): 0, ("svc", f"127.0.0.2:{port}"): 0, ("lb", None): 1}
+        finally:
+            collector.close()
+            server.stop()
