@@ -122,7 +122,9 @@ class TritonCollector:
         then every REPROBE_POLLS polls (counters equal at start, e.g. idle replicas, differ once traffic comes)."""
         since = self._since_probe.get(key, REPROBE_POLLS)
         self._since_probe[key] = since + 1
-        if not snap.up or since < REPROBE_POLLS:
+        # Not while the statistics cannot be read at all (down, restricted without the header): no verdict
+        # could come of it, and four failing reads a poll would be wasted.
+        if not snap.up or snap.stats is None or since < REPROBE_POLLS:
             return
         verdict = await probe(target, self.timeout)
         if verdict is None:

@@ -243,14 +243,20 @@ class TritonReader:
                 tail = chunk[-len(SUMMARY_MARKER):]
             return False
 
+    @property
+    def _who(self) -> str:
+        """The target's name in log lines, with the replica's address when pinned to one (replicas.py)."""
+        pinned = self.target.pinned_address
+        return f"{self.target.name} at {pinned}" if pinned else self.target.name
+
     def _log(self, snap: TritonSnapshot) -> None:
         """Log lines on changes only. What Triton said (model names, error texts) is escaped: one line each,
         whatever characters it holds, so an answer cannot forge log lines."""
         if not snap.up and self._was_up is not False:
-            log.warning("triton %s (%s) unreachable: %s", self.target.name, redact(self.target.url),
+            log.warning("triton %s (%s) unreachable: %s", self._who, redact(self.target.url),
                         one_line(snap.errors[0].detail) if snap.errors else "no answer")
         elif snap.up and self._was_up is False:
-            log.info("triton %s reachable again", self.target.name)
+            log.info("triton %s reachable again", self._who)
         self._was_up = snap.up
         if not snap.up:
             return
@@ -260,11 +266,11 @@ class TritonReader:
             key = (err.endpoint, err.cause, err.subject, err.entry)
             failing.add(key)
             if key not in self._failing:
-                log.warning("triton %s: %s call%s failed (%s): %s%s", self.target.name, err.endpoint,
+                log.warning("triton %s: %s call%s failed (%s): %s%s", self._who, err.endpoint,
                             _about(err.subject, err.entry), err.cause, one_line(err.detail),
                             FORBIDDEN_HINT if err.cause == "forbidden" else "")
         for endpoint, cause, subject, entry in sorted(self._failing - failing):
-            log.info("triton %s: %s call%s recovered from %s", self.target.name, endpoint, _about(subject, entry),
+            log.info("triton %s: %s call%s recovered from %s", self._who, endpoint, _about(subject, entry),
                      cause)
         self._failing = failing
 
