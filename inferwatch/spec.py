@@ -642,12 +642,19 @@ class KubernetesTriton:
                                     "own monitor scrapes them already (no second scrape of the same pods): "
                                     "selectors.triton then defaults to its Service's namespace and service "
                                     "labels (docs/own-stack.md)")
+    pods_service: str = field("", doc="a headless Service (clusterIP: None, publishNotReadyAddresses: true) in "
+                                      "`namespace` selecting Triton's pods on `http_port`: the Triton collector "
+                                      "polls every pod behind it (label address). Empty: it polls `service`, and "
+                                      "one that spreads over several pods is reported load-balanced, its "
+                                      "statistics withheld")
 
     def _validate(self, path: str) -> None:
         import re
 
-        for name in ("namespace", "service", "metrics_port_name"):
+        for name in ("namespace", "service", "metrics_port_name", "pods_service"):
             value = getattr(self, name)
+            if name == "pods_service" and not value:
+                continue
             if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value):
                 raise SpecError(f"{path}.{name}", f"expected a Kubernetes name (lower-case letters, digits, '-'), "
                                                   f"got {value!r}")

@@ -185,3 +185,31 @@ def test_gpu_lost_stays_firing_while_the_gpu_is_out_of_the_device_list(tmp_path)
     (tmp_path / "test.yml").write_text(yaml.safe_dump(test, width=10**9))
     out = subprocess.run([_promtool(), "test", "rules", "test.yml"], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+
+
+@pytest.mark.parametrize("entry, field", [
+    ({"gpu": 0, "removed": "yes"}, "events[0].removed"),
+    ({"gpu": 0, "removed": 1}, "events[0].removed"),
+    ({"gpu": 0, "removed": False}, "events[0]"),   # changes nothing
+])
+def test_removed_entries_that_are_no_boolean_are_refused(entry, field):
+    from inferwatch.specload import SpecError
+
+    sim, _, _ = _setup({"gpus": 1})
+    with pytest.raises(SpecError) as raised:
+        sim.add_events([entry])
+    assert raised.value.path == field
+
+
+def test_a_removal_added_at_run_time_lasts_its_for():
+    """Entries added at run time (what `/sim/events` does): the GPU is out of the list for its `for`, then back."""
+    sim, collector, clock = _setup({"gpus": 2})
+    collector.collect_once()
+    sim.add_events([{"gpu": 1, "removed": True, "for": "1m"}])
+    clock.advance(STEP_S)
+    collector.collect_once()
+    assert sim.device_count() == 1
+    assert sorted(v for _, v in _up(render(collector)).values()) == [0, 1]
+    clock.advance(60)
+    collector.collect_once()
+    assert sorted(v for _, v in _up(render(collector)).values()) == [1, 1]

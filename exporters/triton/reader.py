@@ -49,13 +49,23 @@ SUMMARY_MARKER = b"_summary_us"
 @dataclasses.dataclass(frozen=True)
 class TargetConfig:
     """One Triton to poll. `headers` are resolved values (secrets revealed), sent on every API call;
-    `max_answer_bytes` bounds every answer read from it (answers.py)."""
+    `max_answer_bytes` bounds every answer read from it (answers.py); `pinned_address`: connect to this IP
+    for the URL's host name (one replica behind the name, replicas.py), "" to resolve it as usual."""
 
     name: str
     url: str
     metrics_url: str = ""
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    pinned_address: str = ""
+
+    def connector(self, **kwargs) -> aiohttp.TCPConnector:
+        """A connector for this target's calls (pinned to `pinned_address` when set)."""
+        if self.pinned_address:
+            from inferwatch.exporters.triton.pinning import PinnedResolver
+
+            kwargs["resolver"] = PinnedResolver(urlparse(self.url).hostname or "", self.pinned_address)
+        return aiohttp.TCPConnector(**kwargs)
 
     def resolved_metrics_url(self) -> str:
         if self.metrics_url:
@@ -110,7 +120,7 @@ class TritonReader:
 
     def _open(self) -> None:
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self.concurrency),
+            connector=self.target.connector(limit=self.concurrency),
             timeout=aiohttp.ClientTimeout(total=self.timeout),
             headers=self.target.headers or None)
         self._sem = asyncio.Semaphore(self.concurrency)
@@ -233,14 +243,20 @@ class TritonReader:
                 tail = chunk[-len(SUMMARY_MARKER):]
             return False
 
+    @property
+    def _who(self) -> str:
+        """The target's name in log lines, with the replica's address when pinned to one (replicas.py)."""
+        pinned = self.target.pinned_address
+        return f"{self.target.name} at {pinned}" if pinned else self.target.name
+
     def _log(self, snap: TritonSnapshot) -> None:
         """Log lines on changes only. What Triton said (model names, error texts) is escaped: one line each,
         whatever characters it holds, so an answer cannot forge log lines."""
         if not snap.up and self._was_up is not False:
-            log.warning("triton %s (%s) unreachable: %s", self.target.name, redact(self.target.url),
+            log.warning("triton %s (%s) unreachable: %s", self._who, redact(self.target.url),
                         one_line(snap.errors[0].detail) if snap.errors else "no answer")
         elif snap.up and self._was_up is False:
-            log.info("triton %s reachable again", self.target.name)
+            log.info("triton %s reachable again", self._who)
         self._was_up = snap.up
         if not snap.up:
             return
@@ -250,11 +266,11 @@ class TritonReader:
             key = (err.endpoint, err.cause, err.subject, err.entry)
             failing.add(key)
             if key not in self._failing:
-                log.warning("triton %s: %s call%s failed (%s): %s%s", self.target.name, err.endpoint,
+                log.warning("triton %s: %s call%s failed (%s): %s%s", self._who, err.endpoint,
                             _about(err.subject, err.entry), err.cause, one_line(err.detail),
                             FORBIDDEN_HINT if err.cause == "forbidden" else "")
         for endpoint, cause, subject, entry in sorted(self._failing - failing):
-            log.info("triton %s: %s call%s recovered from %s", self.target.name, endpoint, _about(subject, entry),
+            log.info("triton %s: %s call%s recovered from %s", self._who, endpoint, _about(subject, entry),
                      cause)
         self._failing = failing
 

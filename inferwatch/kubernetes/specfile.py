@@ -56,7 +56,11 @@ def cluster_spec(spec: Spec) -> Spec:
     k = spec.kubernetes
     ns = spec.prometheus.kubernetes_namespace
     interval = spec.targets.triton[0].metrics_interval_ms if spec.targets.triton else 2000
-    triton = TritonTarget(name=k.triton.service, url=triton_url(spec), node=k.triton.service,
+    # The collector polls every pod behind a headless Service when one is named (replicas.py); the gateway
+    # keeps forwarding to the load-balanced Service.
+    collector_url = (f"http://{k.triton.pods_service}.{k.triton.namespace}.svc:{k.triton.http_port}"
+                     if k.triton.pods_service else triton_url(spec))
+    triton = TritonTarget(name=k.triton.service, url=collector_url, node=k.triton.service,
                           headers=dict(k.triton.headers), metrics_interval_ms=interval)
     targets = dataclasses.replace(
         spec.targets, triton=[triton],

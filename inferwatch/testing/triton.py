@@ -115,8 +115,11 @@ def start_triton(workdir: Path, model_repository: Path = EXAMPLE_MODEL_REPOSITOR
                  extra_args: list[str] | None = None, metrics_interval_ms: int = 1000,
                  ready_path: str = "/v2/health/live", timeout: float = 120.0,
                  http_port: int | None = None, metrics_port: int | None = None,
-                 summary_latencies: bool = True, lifeline: bool = False) -> TritonServer:
+                 summary_latencies: bool = True, lifeline: bool = False, host: str = "127.0.0.1") -> TritonServer:
     """Start tritonserver on free loopback ports and wait until `ready_path` answers 200.
+
+    `host`: the loopback address it listens on (another 127.x.y.z lets two servers share one port, as pods
+    behind one Service name do).
 
     `ready_path` defaults to liveness: with strict readiness a repository holding a model that fails to
     load never becomes ready, and tests of that case still need a running server.
@@ -126,16 +129,16 @@ def start_triton(workdir: Path, model_repository: Path = EXAMPLE_MODEL_REPOSITOR
     Raises StackError (with the install command) when the binary is missing, or the log tail on failure.
     """
     workdir = Path(workdir)
-    http_port = http_port or free_port()
-    grpc_port = free_port()
-    metrics_port = metrics_port or free_port()
-    argv = server_argv(model_repository, workdir, host="127.0.0.1", http_port=http_port, grpc_port=grpc_port,
+    http_port = http_port or free_port(host)
+    grpc_port = free_port(host)
+    metrics_port = metrics_port or free_port(host)
+    argv = server_argv(model_repository, workdir, host=host, http_port=http_port, grpc_port=grpc_port,
                        metrics_port=metrics_port, metrics_interval_ms=metrics_interval_ms,
                        summary_latencies=summary_latencies,
                        extra_args=["--allow-gpu-metrics=false", "--log-verbose=0", *(extra_args or [])])
-    url = f"http://127.0.0.1:{http_port}"
+    url = f"http://{host}:{http_port}"
     process = ManagedProcess("tritonserver", argv, workdir / "tritonserver.log",
                              ready=lambda: http_ok(url + ready_path), env=server_env(),
                              lifeline=lifeline)
     process.start(timeout=timeout)
-    return TritonServer(process, http_port, grpc_port, metrics_port)
+    return TritonServer(process, http_port, grpc_port, metrics_port, host)
