@@ -67,6 +67,9 @@ def _trt(sel: Selector, metric: str, kind_label: str, kind: str) -> str:
 
 
 def recording_rules(sel: Selector, window: str, horizon_s: int, lookback: str) -> list[Recording | Alert]:
+    """The engine recordings (names in rules/names.py), each per `node, triton, model, version` plus
+    `backend`: ratios 0-1, counts of requests, preemptions/s over `window`, forecasts `horizon_s` seconds
+    ahead fitted over `lookback` (a PromQL range). `sel`: the `triton` selector."""
     def rate(name: str) -> str:
         return f"sum by ({MV}) (rate({sel(name)}[{window}]))"
 
@@ -117,6 +120,8 @@ def lookback(spec: Spec) -> Duration:
 
 
 def validate(spec: Spec, window_ms: int) -> None:
+    """Raise SpecError for engine windows the rules cannot honour (growth `for` not longer than the rate
+    window, a lookback shorter than it, no horizon)."""
     e = spec.layers.L2.engine
     if e.waiting_growth_for.ms <= window_ms:
         raise SpecError("layers.L2.engine.waiting_growth_for",
@@ -131,6 +136,9 @@ def validate(spec: Spec, window_ms: int) -> None:
 
 
 def alerts(spec: Spec) -> list[Recording | Alert]:
+    """The engine alerts (layer L2 from the registry), thresholds from `layers.L2.engine`. Identity labels:
+    `node, triton, model, version, backend` (one alert per engine), the GPU's labels for
+    EngineGpuMemoryFillPredicted (GPUs of nodes running an engine, below GpuMemoryUsageHigh's threshold)."""
     e = spec.layers.L2.engine
     query, args = _waiting_query(spec)
     waiting = (f'{{{{ with printf "{query}"{args} | query }}}}{{{{ range . }}}} and '

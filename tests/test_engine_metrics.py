@@ -18,6 +18,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine_support import FIXTURES, EngineExposition
+from inferwatch.cli import main as cli_main
 from inferwatch.dashboards.engine import ROW
 from inferwatch.dashboards.generate import dashboards
 from inferwatch.rules import engine
@@ -200,3 +201,22 @@ def test_live_recordings_alert_dashboard_and_triage(live):
     assert not {"kv-cache-full", "engine-saturated"} & (set(made) | unjudged)
     made, unjudged = causes({"node": "node-a", "triton": "triton-0", "model": "classifier", "version": "1"})
     assert not {"kv-cache-full", "engine-saturated"} & (set(made) | unjudged)
+
+
+# ------------------------------------------------------------------------------------------ spec validation
+@pytest.mark.parametrize("engine_spec, field, words", [
+    ("{kv_cache_warning_ratio: 0.99, kv_cache_critical_ratio: 0.98}", "layers.L2.engine.kv_cache_warning_ratio",
+     "at most kv_cache_critical_ratio"),
+    ("{kv_cache_critical_ratio: 1.5}", "layers.L2.engine.kv_cache_critical_ratio", "ratio in (0, 1]"),
+    ("{min_waiting_requests: 0}", "layers.L2.engine.min_waiting_requests", "positive"),
+    ("{waiting_growth_for: 5m}", "layers.L2.engine.waiting_growth_for", "longer than prometheus.rate_window"),
+    ("{fill_lookback: 1m}", "layers.L2.engine.fill_lookback", "at least prometheus.rate_window"),
+])
+def test_generate_refuses_engine_thresholds_it_cannot_honour(tmp_path, capsys, engine_spec, field, words):
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"layers: {{L2: {{engine: {engine_spec}}}}}\n")
+    code = cli_main(["generate", "--spec", str(path), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{field}: " in err and words in err, err
+    assert not (tmp_path / "out").exists()
