@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from inferwatch.errors import UsageError
 from inferwatch.generate import render_all
 from inferwatch.notifier.routecheck import check_routes
 from inferwatch.rules.promconfig import unmatched_selectors
@@ -17,6 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="validate a spec file (errors name the field and what was expected)")
     p.add_argument("--spec", default=None, metavar="FILE",
                    help="spec file (default ./inferwatch.yaml, else the built-in defaults)")
+    p.add_argument("--prometheus", metavar="URL", default=None,
+                   help="also read this live Prometheus: do the spec's selectors match its series, with the labels "
+                        "and metrics the rules need, scraped once and often enough, rules evaluating "
+                        "(inferwatch/livecheck.py); exit 1 with one line per problem")
+    p.add_argument("--alertmanager", metavar="URL", default=None,
+                   help="with --prometheus: check this Alertmanager answers and Prometheus sends alerts to it")
     p.set_defaults(func=run)
 
 
@@ -91,4 +98,23 @@ def run(args: argparse.Namespace) -> int:
 
     print("\nWhere each alert goes (Alertmanager's tree, then the notifier's routes):")
     print(render(effective_table(spec)))
+    if getattr(args, "prometheus", None):
+        return _live(spec, args.prometheus, args.alertmanager)
+    if getattr(args, "alertmanager", None):
+        raise UsageError("--alertmanager needs --prometheus (the check reads where Prometheus sends alerts)")
     return 0
+
+
+def _live(spec, prometheus: str, alertmanager: str | None) -> int:
+    from inferwatch.livecheck import LiveCheckError, live_problems
+
+    try:
+        problems = live_problems(spec, prometheus, alertmanager)
+    except LiveCheckError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for problem in problems:
+        print(problem)
+    where = prometheus + (f" and {alertmanager}" if alertmanager else "")
+    print(f"{where}: {len(problems)} problem(s)" if problems else f"{where}: OK, the spec fits")
+    return 1 if problems else 0
