@@ -108,8 +108,9 @@ USER_SELECTORS = {"selectors": {"triton": 'namespace="triton", service="web-chat
       "alerts that can carry service=web-chat: TritonServerDown"]),
     ({"match": {"layer": "L3", "namespace": "prod"}}, False,
      ["routes[0].match: ", "no alert with layer=L3 carries namespace=prod"]),
-    # the Triton selector's value only: namespace=prod is no Triton alert's
-    ({"match": {"layer": "L2", "namespace": "prod"}}, False, ["no alert with layer=L2 carries namespace=prod"]),
+    # the selectors' values only: service=prod is no L2 alert's (the Triton selector's service is web-chat; the
+    # engine's GPU-memory forecast carries the GPU selector's, and any pod namespace, so namespace is no row here)
+    ({"match": {"layer": "L2", "service": "prod"}}, False, ["no alert with layer=L2 carries service=prod"]),
     # valid: a selector label with its value on the layer reading that source
     ({"match": {"layer": "L2", "namespace": "triton"}}, True, []),
     ({"match": {"layer": "L1", "service": "nvidia-dcgm-exporter"}}, True, []),
