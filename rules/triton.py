@@ -83,7 +83,8 @@ GATEWAY_ERRORS = "model:gateway_requests_errors:ratio"
 GATEWAY_CANCELLED = "model:gateway_requests_cancelled:ratio"
 # Triton's reason in an annotation, at most this many characters (the collector caps the label at 200 too).
 REASON_CHARS = 200
-MODEL = "{{ $labels.model }} version {{ $labels.version }} on {{ $labels.triton }} (node {{ $labels.node }})"
+MODEL = ("{{ $labels.model }} version {{ $labels.version }} on {{ $labels.triton }}"
+         "{{ with $labels.pod }} pod {{ . }}{{ end }} (node {{ $labels.node }})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,14 +304,15 @@ def groups(spec: Spec) -> list[Group]:
     window = str(spec.prometheus.rate_window)
     up = src.triton("up")
     cluster, cluster_arg = _in_cluster(spec)
-    state = _template_query(src.collector, "inferwatch_triton_model_state", cluster, "triton=%q", "model=%q",
+    # `pod=%q`: the replica the alert is about; "" (absent) outside Kubernetes matches series without it.
+    state = _template_query(src.collector, "inferwatch_triton_model_state", cluster, "triton=%q", "pod=%q", "model=%q",
                             "version=%q")
     step = _template_query(src.collector, "inferwatch_triton_model_step_info", cluster, "triton=%q", "model=%q")
-    reason = _template_query(src.collector, "inferwatch_triton_model_state_reason_info", cluster, "triton=%q",
+    reason = _template_query(src.collector, "inferwatch_triton_model_state_reason_info", cluster, "triton=%q", "pod=%q",
                              "model=%q", "version=%q")
-    failure = ",".join(m for m in (cluster, "triton=%q", "model=%q", "version=%q") if m)
+    failure = ",".join(m for m in (cluster, "triton=%q", "pod=%q", "model=%q", "version=%q") if m)
     reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{{failure}}} > 0)"{cluster_arg} '
-               f'$labels.triton $labels.model $labels.version | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
+               f'$labels.triton $labels.pod $labels.model $labels.version | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
                f'{{{{ $s.Labels.reason }}}} {{{{ $s.Value | printf "%.3g" }}}}/s{{{{ end }}}}')
     alerts = [
         Alert("TritonServerDown",
@@ -328,13 +330,14 @@ def groups(spec: Spec) -> list[Group]:
         Alert("TritonModelNotReady", f"{src.collector('inferwatch_triton_model_ready')} == 0", l2.for_, "critical",
               f"Model {MODEL} is not READY"
               f'{{{{ with printf "{state} == 1"{cluster_arg} '
-              f"$labels.triton $labels.model $labels.version | query }}}}"
+              f"$labels.triton $labels.pod $labels.model $labels.version | query }}}}"
               f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}"
               f'{{{{ with printf "{step}"{cluster_arg} '
               f"$labels.triton $labels.model | query }}}}{{{{ range . }}}}, a step of {{{{ .Labels.kind }}}} "
               f"{{{{ .Labels.parent }}}}{{{{ end }}}}{{{{ end }}}}"
               f'{{{{ with printf "{reason}"{cluster_arg} '
-              f"$labels.triton $labels.model $labels.version | query }}}}{{{{ range . }}}}; Triton's reason: "
+              f"$labels.triton $labels.pod $labels.model $labels.version | query }}}}{{{{ range . }}}}; "
+              f"Triton's reason: "
               f'{{{{ reReplaceAll "(?s)^(.{{{REASON_CHARS}}}).+$" "${{1}}…" .Labels.reason }}}}'
               f"{{{{ end }}}}{{{{ end }}}}"
               f": its requests fail."),
