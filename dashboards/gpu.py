@@ -22,6 +22,7 @@ from inferwatch.dashboards.builders import (
     timeseries_panel,
     variable,
 )
+from inferwatch.rules import identity
 from inferwatch.rules.builders import regex_alternation
 from inferwatch.rules.gpu import MEMORY_RATIO
 from inferwatch.spec import Spec
@@ -94,7 +95,10 @@ def build(spec: Spec) -> db.Dashboard:
         "Framebuffer memory used", f"Used / (used + free + reserved) framebuffer ({MEMORY_RATIO}). Dashed "
         f"lines: warning {l1.memory_used_warning_ratio:.0%} (GpuMemoryUsageHigh) and critical "
         f"{l1.memory_used_critical_ratio:.0%} (GpuMemoryUsageCritical).", "percentunit",
-        [query(f"{MEMORY_RATIO}{{{SEL}}}", LEGEND)],
+        # The ratio is per MIG instance without pod labels (rules/identity.py): the pod filter selects the
+        # instances whose framebuffer series that pod holds.
+        [query(f"{MEMORY_RATIO}{{{NODE}, {GPU}}}\nand on (UUID, GPU_I_ID)\n{gpu('DCGM_FI_DEV_FB_USED', SEL)}",
+               LEGEND + "{{GPU_I_ID}}")],
         links=runbook_links(spec, ["GpuMemoryUsageHigh", "GpuMemoryUsageCritical"]),
         thresholds=[(l1.memory_used_warning_ratio, "orange"), (l1.memory_used_critical_ratio, "red")],
         min_val=0, max_val=1))
@@ -102,9 +106,11 @@ def build(spec: Spec) -> db.Dashboard:
         "Framebuffer memory used (MiB)", "Framebuffer used (DCGM_FI_DEV_FB_USED), MiB as dcgm-exporter "
         "reports it.", "mbytes", [query(gpu("DCGM_FI_DEV_FB_USED", SEL), LEGEND)], min_val=0))
     board = board.with_panel(timeseries_panel(
-        "GPU utilization", "Percent of time a kernel ran (DCGM_FI_DEV_GPU_UTIL). High utilization with low "
-        "throughput upstream points to the model, not the GPU.", "percent",
-        [query(gpu("DCGM_FI_DEV_GPU_UTIL", SEL), LEGEND)], min_val=0, max_val=100))
+        "GPU utilization", "Share of time a kernel ran, per GPU or MIG instance: DCGM_FI_DEV_GPU_UTIL, else "
+        "(MIG instances have none) the profiling field DCGM_FI_PROF_GR_ENGINE_ACTIVE. High utilization with low "
+        "throughput upstream points to the model, not the GPU.", "percentunit",
+        [query(identity.utilization(gpu, SEL, keep=identity.GPU_INSTANCE + ("namespace", "pod")),
+               LEGEND + "{{GPU_I_ID}}")], min_val=0, max_val=1))
     board = board.with_panel(timeseries_panel(
         "Memory copy utilization", "Percent of time the memory controller was busy "
         "(DCGM_FI_DEV_MEM_COPY_UTIL).", "percent",

@@ -331,6 +331,8 @@ class TritonLayer:
                                                           "so 0.01 % vs 0.0105 % is not a regression")
     batching_min_queue_seconds: float = field(0.05, doc="average queue time above which ineffective batching "
                                                         "matters (requests wait for batches that never fill)")
+    cancellation_ratio: float = field(0.2, doc="requests cancelled by their client (reason CANCELED) / all "
+                                               "requests above this is TritonCancellationRatioHigh (a warning)")
     for_: Duration = field(_d("5m"), key="for")
     exporter_down_for: Duration = field(_d("5m"), doc="`for` of TritonServerDown and TritonCollectorDown")
     models: dict[str, ModelOverride] = field({})

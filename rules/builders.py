@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 
+from inferwatch.rules.identity import TRITON
 from inferwatch.rules.model import Alert
 from inferwatch.selectors import Selector
 from inferwatch.spec import ClusterSettings, Duration
 
-MODEL_VERSION = ("node", "triton", "model", "version")
+# A model version on one Triton replica (rules/identity.py: `pod` tells replicas behind one Service apart).
+MODEL_VERSION = TRITON + ("model", "version")
 
 
 def by(labels: tuple[str, ...] | list[str]) -> str:

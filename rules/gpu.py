@@ -12,23 +12,29 @@ replaced where it has an equivalent, each such branch limited to targets that ar
 The NVML library lost (`inferwatch_gpu_nvml_up`) has none: dcgm-exporter exits when it loses DCGM, which is
 `GpuExporterDown`.
 
-Alerts keep every label of the series they watch (gpu, UUID, Hostname or hostname, modelName, node,
-namespace/pod/container of the pod holding the GPU ...), so a page names the exact device. Thresholds and
-`for`s come from `spec.layers.L1`.
+Alerts are reduced to their subject's identity (`rules/identity.py`): device-wide fields to the physical GPU
+(`max by`, so MIG instances' copies make one alert), per-instance fields (framebuffer) to the MIG instance;
+never the pod's labels, so a rescheduled pod neither restarts `for` nor opens a second incident; the
+description names the pods holding the GPU instead. Thresholds and `for`s come from `spec.layers.L1`.
 """
 
 from __future__ import annotations
 
+from inferwatch.rules import identity
 from inferwatch.rules.builders import exporter_down, indent, num, ratio, regex_alternation
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector
 from inferwatch.spec import Spec
 
 MEMORY_RATIO = "gpu:DCGM_FI_DEV_FB_USED:ratio"
+UTILIZATION = "gpu:DCGM_FI_DEV_GPU_UTIL:ratio"
+GPU_BY = identity.by(identity.GPU)
 # dcgm-exporter names the host label `Hostname` up to 4.8.2 and `hostname` from 4.8.3; `node` is the
 # scrape label the generated configuration and the Kubernetes monitors add.
 HOST = "{{ or $labels.node $labels.Hostname $labels.hostname }}"
 GPU = "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) on node " + HOST
+MIG_INSTANCE = ("{{ with $labels.GPU_I_ID }} (MIG instance {{ . }}"
+                "{{ with $labels.GPU_I_PROFILE }}, {{ . }}{{ end }}){{ end }}")
 # XIDs that mean the GPU is gone, which GpuLost reports (and GpuXidCritical leaves to it, so one fault pages
 # once): 79 "GPU has fallen off the bus" (NVIDIA "XID Errors", r555). The only such code in that catalogue.
 LOST_XIDS = (79,)
@@ -100,27 +106,39 @@ def throttling(gpu: Selector, reasons: list[str]) -> str:
     return f"{active}\nor\n{bits}" if bits else active
 
 
+def _in_cluster(spec: Spec) -> tuple[str, str]:
+    """(matcher, printf argument) scoping an annotation's query to the alert's cluster; ("", "") in one."""
+    if not spec.cluster.enabled:
+        return "", ""
+    return f"{spec.cluster.label}=%q", f" $labels.{spec.cluster.label}"
+
+
 def groups(spec: Spec) -> list[Group]:
     l1 = spec.layers.L1
     gpu = spec.selectors.of("gpu")
     window = str(spec.prometheus.rate_window)
-    used = gpu("DCGM_FI_DEV_FB_USED")
+    used = identity.per_instance(gpu("DCGM_FI_DEV_FB_USED"))
+    pods = identity.pods_holding(gpu, cluster=_in_cluster(spec))
+    dbe_increase = f"increase({gpu('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL')}[{window}])"
     recording = [
         # dcgm-exporter reports MiB used/free/reserved, not a total; reserved is absent on older drivers.
+        # Per MIG instance (each has its own framebuffer), without the pod's labels.
         Recording(MEMORY_RATIO,
-                  ratio(used, f"({used} + {gpu('DCGM_FI_DEV_FB_FREE')}\n"
-                              f" + ({gpu('DCGM_FI_DEV_FB_RESERVED')} or {used} * 0))")),
+                  ratio(used, f"({used} + {identity.per_instance(gpu('DCGM_FI_DEV_FB_FREE'))}\n"
+                              f" + ({identity.per_instance(gpu('DCGM_FI_DEV_FB_RESERVED'))} or {used} * 0))")),
+        Recording(UTILIZATION, identity.utilization(gpu)),
     ]
     alerts = [
-        Alert("GpuTemperatureCritical", f"{gpu('DCGM_FI_DEV_GPU_TEMP')} > {num(l1.temperature_critical_celsius)}",
+        Alert("GpuTemperatureCritical",
+              f"{identity.device_wide(gpu('DCGM_FI_DEV_GPU_TEMP'))} > {num(l1.temperature_critical_celsius)}",
               l1.for_, "critical", f"{GPU} is at {{{{ $value }}}} °C (critical above "
-                                   f"{num(l1.temperature_critical_celsius)} °C).")
+                                   f"{num(l1.temperature_critical_celsius)} °C).{pods}")
     ]
     for name, severity, limit in (("GpuMemoryUsageHigh", "warning", l1.memory_used_warning_ratio),
                                   ("GpuMemoryUsageCritical", "critical", l1.memory_used_critical_ratio)):
         alerts.append(Alert(name, f"{MEMORY_RATIO} > {num(limit)}", l1.for_, severity,
-                            f"{GPU} uses {{{{ $value | humanizePercentage }}}} of its framebuffer memory "
-                            f"({severity} above {limit:.0%})."))
+                            f"{GPU}{MIG_INSTANCE} uses {{{{ $value | humanizePercentage }}}} of its framebuffer "
+                            f"memory ({severity} above {limit:.0%}).{pods}"))
     alerts += [
         # The library lost (driver unloaded or reloaded, version mismatch) is one condition of the node, not
         # one per GPU: every known GPU reads `up` 0 meanwhile, and Alertmanager inhibits their GpuLost by node.
@@ -145,21 +163,23 @@ def groups(spec: Spec) -> list[Group]:
     if set(l1.critical_xids) - set(LOST_XIDS):
         # The counters count every event; dcgm-exporter's gauge only holds the last XID and never goes back to
         # 0, so for it only a change to a critical code counts.
-        alerts.append(Alert("GpuXidCritical", xid_events(gpu, l1.critical_xids, window, excluded=LOST_XIDS),
+        alerts.append(Alert("GpuXidCritical",
+                            f"max by ({GPU_BY}, xid, window_size_in_ms) (\n"
+                            + indent(xid_events(gpu, l1.critical_xids, window, excluded=LOST_XIDS)) + "\n)",
                             l1.event_for, "critical",
                             f"{GPU} reported XID {{{{ with $labels.xid }}}}{{{{ . }}}}{{{{ else }}}}{{{{ $value }}}}"
-                            f"{{{{ end }}}} in the last {window}."))
+                            f"{{{{ end }}}} in the last {window}.{pods}"))
     alerts += [
         Alert("GpuUncorrectableMemoryError",
-              f"{gpu('DCGM_FI_DEV_ROW_REMAP_FAILURE')} > 0\n"
-              f"or\nincrease({gpu('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL')}[{window}]) > 0",
+              f"{identity.device_wide(gpu('DCGM_FI_DEV_ROW_REMAP_FAILURE'))} > 0\n"
+              f"or\n{identity.device_wide(dbe_increase)} > 0",
               l1.event_for, "critical",
               f"{GPU} has an uncorrectable ECC error or a failed row remap: "
-              f"its memory can no longer be trusted."),
+              f"its memory can no longer be trusted.{pods}"),
         Alert("GpuThrottling",
-              throttling(gpu, l1.throttle_reasons),
+              f"max by ({GPU_BY}, reason) (\n{indent(throttling(gpu, l1.throttle_reasons))}\n)",
               l1.for_, "warning",
-              f"{GPU} is slowing its clocks ({{{{ $labels.reason }}}}) for more than {l1.for_}."),
+              f"{GPU} is slowing its clocks ({{{{ $labels.reason }}}}) for more than {l1.for_}.{pods}"),
         exporter_down("GpuExporterDown", gpu, for_=l1.exporter_down_for, severity="critical",
                       what="the GPU exporter", has_targets=bool(spec.targets.gpu_exporters), cluster=spec.cluster),
     ]

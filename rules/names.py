@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from inferwatch.rules.identity import GPU as GPU_IDENTITY
+from inferwatch.rules.identity import GPU_INSTANCE
+
 LAYERS = ("L1", "L2", "L3")
 
 
@@ -21,8 +24,11 @@ LAYERS = ("L1", "L2", "L3")
 RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     # L1 ------------------------------------------------------------------------------------------------
     "gpu:DCGM_FI_DEV_FB_USED:ratio": (
-        ("every GPU series label",), "framebuffer used / (used + free + reserved), 0-1"),
-    # L2 (Triton's own metrics; labels node, triton, model, version) ----------------------------------------
+        GPU_INSTANCE, "framebuffer used / (used + free + reserved), 0-1, per MIG instance (per GPU without MIG)"),
+    "gpu:DCGM_FI_DEV_GPU_UTIL:ratio": (
+        GPU_INSTANCE, "utilization 0-1 per MIG instance (per GPU without MIG): DCGM_FI_DEV_GPU_UTIL / 100, else "
+                      "DCGM_FI_PROF_GR_ENGINE_ACTIVE (MIG instances have no DCGM_FI_DEV_GPU_UTIL)"),
+    # L2 (Triton's own metrics; labels node, triton, pod (the replica, where present), model, version) --------
     "model_version:nv_inference_request_success:rate": (
         ("node", "triton", "model", "version"), "successful requests/s"),
     "model_version_reason:nv_inference_request_failure:rate": (
@@ -31,11 +37,19 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "model_version:nv_inference_requests:rate": (
         ("node", "triton", "model", "version"), "all requests/s (success + failure)"),
     "model_version:nv_inference_request_error:ratio": (
-        ("node", "triton", "model", "version"), "failed / all requests, 0-1"),
+        ("node", "triton", "model", "version"), "server errors (reason BACKEND|OTHER, or none) / all requests, 0-1"),
+    "model_version:nv_inference_request_cancelled:ratio": (
+        ("node", "triton", "model", "version"), "requests cancelled by their client (reason CANCELED) / all, 0-1"),
+    "model_version:nv_inference_version:number": (
+        ("node", "triton", "model", "version"), "the version label as a number (versions with requests, <= 8 digits)"),
+    "model_version:nv_inference_version:newest_rank": (
+        ("node", "triton", "model", "version", "rank"),
+        "the newest busy versions of a model on a replica, rank 1 the newest; value the version number"),
     "model_version:nv_inference_request_duration:avg_seconds": (
-        ("node", "triton", "model", "version"), "average request time, s (rate(µs sum) / rate(success))"),
+        ("node", "triton", "model", "version"),
+        "average request time, s (rate(µs sum) / rate(success); the summary's _sum / _count without counters)"),
     "model_version:nv_inference_queue_duration:avg_seconds": (
-        ("node", "triton", "model", "version"), "average queue time, s"),
+        ("node", "triton", "model", "version"), "average queue time, s (counters, else the summary's _sum / _count)"),
     "model_version:nv_inference_compute_duration:avg_seconds": (
         ("node", "triton", "model", "version"), "average compute time (input + infer + output), s"),
     "model_version:nv_inference_queue_duration:p95_seconds": (
@@ -48,7 +62,7 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "model:nv_inference_entry_point_requests:rate": (
         ("node", "triton", "model"), "requests/s to models clients call (steps of an ensemble or BLS model left out)"),
     "model:nv_inference_entry_point_error:ratio": (
-        ("node", "triton", "model", "source"),
+        ("node", "triton", "pod", "model", "source"),
         "failed / all requests per entry point; source=gateway for a decoupled model the gateway meters (errors "
         "mid-stream included), source=triton (Triton's failure counter) otherwise"),
     "parent_model:nv_inference_step_requests:per_parent_request": (
@@ -124,7 +138,7 @@ POD = ("namespace", "pod", "container")
 DCGM = DEVICE + ("Hostname", "hostname", "DCGM_FI_DRIVER_VERSION") + POD
 MIG = ("GPU_I_PROFILE", "GPU_I_ID")  # only on a MIG instance's framebuffer series
 XID = ("xid", "window_size_in_ms")  # the XID counters' (dcgm-exporter's count is over a window)
-MODEL_VERSION = ("node", "triton", "model", "version")
+MODEL_VERSION = ("node", "triton", "pod", "model", "version")
 TENANT_MODEL_TIER = ("tenant", "model", "tier")
 
 
@@ -144,35 +158,40 @@ class AlertInfo:
 
 def _info(layer: str, severities: tuple[str, ...], summary: str, labels: tuple[str, ...],
           scope: tuple[str, ...] | None = None, extra: tuple[str, ...] = ()) -> AlertInfo:
+    # The scope defaults to the labels without `pod`: the replica label is absent outside Kubernetes.
+    default_scope = tuple(label for label in labels if label != "pod")
     return AlertInfo(layer, severities, summary, extra, tuple(dict.fromkeys(labels + extra)),
-                     tuple(dict.fromkeys((labels if scope is None else scope) + extra)))
+                     tuple(dict.fromkeys((default_scope if scope is None else scope) + extra)))
 
 
 _C, _W = ("critical",), ("warning",)
 ALERTS: dict[str, AlertInfo] = {
     # L1 ---------------------------------------------------------------------------------------------------
-    "GpuTemperatureCritical": _info("L1", _C, "GPU temperature is above its critical threshold.", SCRAPE + DCGM,
+    # GPU alerts carry their subject's identity (rules/identity.py), never the pod's labels.
+    "GpuTemperatureCritical": _info("L1", _C, "GPU temperature is above its critical threshold.", GPU_IDENTITY,
                                     SCRAPE + DEVICE),
-    "GpuMemoryUsageHigh": _info("L1", _W, "GPU framebuffer memory is nearly full.", SCRAPE + DCGM + MIG,
+    "GpuMemoryUsageHigh": _info("L1", _W, "GPU framebuffer memory is nearly full.", GPU_INSTANCE,
                                 SCRAPE + DEVICE),
-    "GpuMemoryUsageCritical": _info("L1", _C, "GPU framebuffer memory is full.", SCRAPE + DCGM + MIG,
+    "GpuMemoryUsageCritical": _info("L1", _C, "GPU framebuffer memory is full.", GPU_INSTANCE,
                                     SCRAPE + DEVICE),
     "GpuNvmlLost": _info("L1", _C, "The NVML library of a node is lost, none of its GPUs can be read.", SCRAPE),
     # One alert per GPU whichever branch fires (NVML `up` 0, XID 79, vanished series): reduced to these labels.
     "GpuLost": _info("L1", _C, "A GPU has fallen off the bus or cannot be read.",
                      SCRAPE + GPU_ID + ("Hostname", "hostname"), SCRAPE + GPU_ID),
-    "GpuXidCritical": _info("L1", _C, "A GPU reported a critical XID error.", SCRAPE + DCGM + XID,
+    "GpuXidCritical": _info("L1", _C, "A GPU reported a critical XID error.", GPU_IDENTITY + XID,
                             SCRAPE + GPU_ID),
     "GpuUncorrectableMemoryError": _info(
-        "L1", _C, "A GPU reported an uncorrectable memory error or a failed row remap.", SCRAPE + DCGM,
+        "L1", _C, "A GPU reported an uncorrectable memory error or a failed row remap.", GPU_IDENTITY,
         SCRAPE + DEVICE),
     "GpuThrottling": _info("L1", _W, "A GPU is slowing its clocks for thermal or power-brake reasons.",
-                           SCRAPE + DCGM + ("reason",), SCRAPE + GPU_ID + ("reason",)),
+                           GPU_IDENTITY + ("reason",), SCRAPE + GPU_ID + ("reason",)),
     # `absent(up{job})` (the job has no target at all) carries only `job`.
     "GpuExporterDown": _info("L1", _C, "The GPU exporter cannot be scraped, GPU alerts are blind.", SCRAPE, ("job",)),
     # L2 ---------------------------------------------------------------------------------------------------
-    "TritonServerDown": _info("L2", _C, "A Triton server does not answer.", SCRAPE + ("triton",), ("job",)),
-    "TritonServerNotReady": _info("L2", _C, "A Triton server is live but not ready.", SCRAPE + ("triton",)),
+    # `pod`: the replica behind a Service, where the collector labels it (rules/identity.py).
+    "TritonServerDown": _info("L2", _C, "A Triton server does not answer.", SCRAPE + ("triton", "pod"), ("job",)),
+    "TritonServerNotReady": _info("L2", _C, "A Triton server is live but not ready.", SCRAPE + ("triton", "pod"),
+                                  SCRAPE + ("triton",)),
     "TritonModelNotReady": _info("L2", _C, "A model version is not READY on a Triton server.",
                                  SCRAPE + MODEL_VERSION),
     # A model the spec lists (spec `models`) that no Triton of the cluster lists while one answers: unloaded.
@@ -181,14 +200,15 @@ ALERTS: dict[str, AlertInfo] = {
     "TritonModelErrorRatioHigh": _info("L2", _C, "A model fails too many inference requests.", MODEL_VERSION),
     "TritonDecoupledModelErrorRatioHigh": _info(
         "L2", _C, "A streaming model fails too many requests as clients see them.",
-        ("node", "triton", "model", "source")),
+        ("node", "triton", "pod", "model", "source")),
     "TritonQueueTimeP95High": _info("L2", _W, "Requests wait too long in a model's queue.", MODEL_VERSION),
     "TritonRequestsRejected": _info("L2", _W, "Triton rejects requests for a model.", MODEL_VERSION + ("reason",)),
+    "TritonCancellationRatioHigh": _info("L2", _W, "Clients cancel many requests to a model.", MODEL_VERSION),
     "TritonPendingRequestsHigh": _info("L2", _W, "Too many requests are pending for a model.", MODEL_VERSION),
     "TritonBatchingIneffective": _info(
         "L2", _W, "Dynamic batching forms batches far smaller than configured while requests queue.", MODEL_VERSION),
     "TritonCanaryRegression": _info(
-        "L2", _W, "A canary model version is worse than the version serving most traffic.", MODEL_VERSION,
+        "L2", _W, "A newer model version is worse than the older versions still serving.", MODEL_VERSION,
         extra=("signal",)),
     "TritonCollectorDown": _info("L2", _W, "The inferwatch Triton collector cannot be scraped.", SCRAPE, ("job",)),
     # L2 engines (rules/engine.py): per model version and backend; the GPU forecast per GPU of an engine node.
@@ -237,6 +257,10 @@ ALERTS: dict[str, AlertInfo] = {
         "L1", _W, "A notifier replica's backlog of unsent notifications grows.", SCRAPE, extra=("component",)),
     "AlertmanagerClusterDegraded": _info(
         "L1", _W, "The Alertmanager cluster has fewer members than configured.", SCRAPE, (), extra=("component",)),
+    # A generated rule group failing to evaluate (rules/rulehealth.py): one alert per Prometheus and group.
+    "PrometheusRuleEvaluationFailing": _info(
+        "L1", _C, "A generated rule group fails to evaluate, its alerts cannot fire.", ("instance", "rule_group"),
+        extra=("component",)),
     "PrometheusReplicasDisagree": _info(
         "L1", _W, "The Prometheus replicas disagree about which alerts fire.", ("disagreeing_alert",),
         extra=("component",)),

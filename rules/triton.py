@@ -3,7 +3,17 @@
 Triton's latency metrics are cumulative µs counters, not histograms (Triton docs "Metrics"): averages are
 rate(sum_us) / rate(success); P95 comes from `nv_inference_queue_summary_us{quantile="0.95"}`, which exists only
 with `--metrics-config summary_latencies=true`, is computed per process over a sliding 60 s window and so is
-combined with `max by`, never averaged. Failures carry `reason` (REJECTED|CANCELED|BACKEND|OTHER, Triton ≥ 24.07).
+combined with `max by`, never averaged; the fallback mean comes from whichever source Triton exports: the
+`_us` counters, or with `--metrics-config counter_latencies=false` the summaries' own `_sum / _count`.
+
+Failures carry `reason` (REJECTED|CANCELED|BACKEND|OTHER, Triton ≥ 24.07; none before). Server errors are
+BACKEND and OTHER (and a failure without reason, older Triton): the error ratio. REJECTED (queue full or
+timed out in it) has its own alert; CANCELED (the client hung up) is judged apart, a cancellation ratio and
+at most a warning, as the gateway judges cancellations apart from errors.
+
+Every series is per replica (`rules/identity.py`: `node`, `triton`, `pod`), so two pods behind one Service
+give two results and no join matches many to many. A canary's baseline is the older busy version(s) of the
+same model by version number, whatever the traffic split.
 
 Ensembles, BLS and decoupled models are counted as clients see them (the collector labels them from each
 model's configuration: `inferwatch_triton_model_step_info`, `inferwatch_triton_model_decoupled`):
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from inferwatch.rules import identity
 from inferwatch.rules.builders import (
     MODEL_VERSION,
     absent_targets,
@@ -42,10 +53,24 @@ from inferwatch.spec import Spec
 from inferwatch.upstreams import triton_models
 
 MV = by(MODEL_VERSION)
+# A model on one replica (the canary's scope: versions of one model on one server compared).
+REPLICA_MODEL = by(identity.TRITON + ("model",))
+# Server errors: BACKEND, OTHER, and a failure without reason (Triton before 24.07 had no label).
+SERVER_ERRORS = 'reason=~"BACKEND|OTHER|"'
+CANCELED = 'reason="CANCELED"'
 SUCCESS = "model_version:nv_inference_request_success:rate"
 FAILURE = "model_version_reason:nv_inference_request_failure:rate"
 REQUESTS = "model_version:nv_inference_requests:rate"
 ERROR_RATIO = "model_version:nv_inference_request_error:ratio"
+CANCELLED_RATIO = "model_version:nv_inference_request_cancelled:ratio"
+VERSION_NUMBER = "model_version:nv_inference_version:number"
+VERSION_RANK = "model_version:nv_inference_version:newest_rank"
+# Version numbers are read from the `version` label digit by digit (PromQL has no label-to-number function):
+# up to this many digits (99999999; date-like versions such as 20240601 fit). A longer one records nothing
+# and is neither judged as a canary nor part of a baseline.
+VERSION_DIGITS = 8
+# How many of the newest busy versions of a model are each judged against the older ones.
+CANARY_RANKS = 3
 REQUEST_AVG = "model_version:nv_inference_request_duration:avg_seconds"
 QUEUE_AVG = "model_version:nv_inference_queue_duration:avg_seconds"
 COMPUTE_AVG = "model_version:nv_inference_compute_duration:avg_seconds"
@@ -59,7 +84,8 @@ GATEWAY_ERRORS = "model:gateway_requests_errors:ratio"
 GATEWAY_CANCELLED = "model:gateway_requests_cancelled:ratio"
 # Triton's reason in an annotation, at most this many characters (the collector caps the label at 200 too).
 REASON_CHARS = 200
-MODEL = "{{ $labels.model }} version {{ $labels.version }} on {{ $labels.triton }} (node {{ $labels.node }})"
+MODEL = ("{{ $labels.model }} version {{ $labels.version }} on {{ $labels.triton }}"
+         "{{ with $labels.pod }} pod {{ . }}{{ end }} (node {{ $labels.node }})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +132,9 @@ def _gateway_ratio(per_tenant_rate: str) -> str:
 
 def ensemble_rules(src: Sources, window: str) -> list[Recording]:
     """Entry points, steps per parent request, and the gateway's per-model view of errors (see module doc)."""
-    entry_mv = "node, triton, model"
+    entry_mv = REPLICA_MODEL
     decoupled = src.collector("inferwatch_triton_model_decoupled")
+    server = by(identity.TRITON_SERVER)
     return [
         Recording(ENTRY_REQUESTS, f"sum by ({entry_mv}) ({REQUESTS})\nunless on (triton, model)\n{src.steps}"),
         Recording(GATEWAY_REQUESTS, f"sum by (model) ({LLM_REQUESTS})"),
@@ -118,17 +145,20 @@ def ensemble_rules(src: Sources, window: str) -> list[Recording]:
                   f"(\n  max by ({entry_mv}) ({decoupled} == 1) * 0\n"
                   f"  unless on (triton, model)\n  {src.steps}\n)\n+ on (model) group_left ()\n{GATEWAY_ERRORS}",
                   {"source": "gateway"}),
-        # Every other entry point: Triton's own failures over all versions.
+        # Every other entry point: Triton's own server errors over all versions.
         Recording(ENTRY_ERROR_RATIO,
-                  f"(\n  sum by ({entry_mv}) ({FAILURE})\n  / on ({entry_mv})\n  ({ENTRY_REQUESTS} > 0)\n)\n"
+                  f"(\n  sum by ({entry_mv}) ({FAILURE}{{{SERVER_ERRORS}}})\n  / on ({entry_mv})\n"
+                  f"  ({ENTRY_REQUESTS} > 0)\n)\n"
                   f"unless on (triton, model)\n{src.decoupled_at_gateway}",
                   {"source": "triton"}),
         # A step's executions per request to its parent (postprocessing per streamed token: the output
-        # length). A step whose counters stay 0 (some decoupled LLM backends report none) records nothing.
+        # length), per replica: the collector's step info of each replica (label `pod`) meets that replica's
+        # requests, so two pods behind one Service give two results, never a many-to-many error. A step
+        # whose counters stay 0 (some decoupled LLM backends report none) records nothing.
         Recording(STEP_PER_REQUEST,
-                  f"(\n  max by (triton, model, parent) ({src.collector('inferwatch_triton_model_step_info')})\n"
-                  f"  * on (triton, model) group_left (node)\n  (sum by ({entry_mv}) ({REQUESTS}) > 0)\n)\n"
-                  f"/ on (triton, parent) group_left ()\n"
+                  f"(\n  max by ({server}, model, parent) ({src.collector('inferwatch_triton_model_step_info')})\n"
+                  f"  * on ({server}, model) group_left (node)\n  (sum by ({entry_mv}) ({REQUESTS}) > 0)\n)\n"
+                  f"/ on ({server}, parent) group_left ()\n"
                   f'label_replace(sum by ({entry_mv}) ({REQUESTS}) > 0, "parent", "$1", "model", "(.+)")'),
     ]
 
@@ -137,41 +167,97 @@ def recording_rules(src: Sources, window: str) -> list[Recording]:
     compute = "  " + "\n  + ".join(f"rate({src.triton(f'nv_inference_compute_{phase}_duration_us')}[{window}])"
                                    for phase in ("input", "infer", "output"))
     p95 = src.triton("nv_inference_queue_summary_us", 'quantile="0.95"')
+
+    def summary_mean(*names: str) -> str:
+        """The mean from Triton's summaries' own `_sum / _count` (per successful request, µs -> s): the
+        fallback where Triton runs with `--metrics-config counter_latencies=false`. Several names: the sum
+        of their means (compute = input + infer + output; each phase counts every request once)."""
+        sums = "\n  + ".join(f"rate({src.triton(n + '_sum')}[{window}])" for n in names)
+        return ratio(f"sum by ({MV}) (\n  {sums}\n) / 1e6", src.rate(names[0] + "_count", window), MODEL_VERSION)
+
+    compute_summaries = [f"nv_inference_compute_{phase}_summary_us" for phase in ("input", "infer", "output")]
     return [
         Recording(SUCCESS, src.rate("nv_inference_request_success", window)),
         Recording(FAILURE, src.rate("nv_inference_request_failure", window, MV + ", reason")),
         Recording(REQUESTS, f"{SUCCESS}\n+ on ({MV})\nsum by ({MV}) ({FAILURE})"),
-        # Ratios and means record nothing for a window without requests (0/0 would record NaN).
-        Recording(ERROR_RATIO, ratio(f"sum by ({MV}) ({FAILURE})", REQUESTS, MODEL_VERSION)),
+        # Ratios and means record nothing for a window without requests (0/0 would record NaN). Server
+        # errors only: rejections and cancellations are judged apart.
+        Recording(ERROR_RATIO, ratio(f"sum by ({MV}) ({FAILURE}{{{SERVER_ERRORS}}})", REQUESTS, MODEL_VERSION)),
+        Recording(CANCELLED_RATIO, ratio(f"sum by ({MV}) ({FAILURE}{{{CANCELED}}})", REQUESTS, MODEL_VERSION)),
         # Not for decoupled models: their request duration is the execute call, not what a client waits for.
-        Recording(REQUEST_AVG, ratio(f"{src.rate('nv_inference_request_duration_us', window)} / 1e6", SUCCESS,
-                                     MODEL_VERSION) + f"\nunless on (triton, model)\n{src.decoupled}"),
+        Recording(REQUEST_AVG, "(\n" + indent(
+            ratio(f"{src.rate('nv_inference_request_duration_us', window)} / 1e6", SUCCESS, MODEL_VERSION)
+            + "\nor\n" + summary_mean("nv_inference_request_summary_us"))
+            + f"\n)\nunless on (triton, model)\n{src.decoupled}"),
         Recording(QUEUE_AVG, ratio(f"{src.rate('nv_inference_queue_duration_us', window)} / 1e6", SUCCESS,
-                                   MODEL_VERSION)),
-        Recording(COMPUTE_AVG, ratio(f"sum by ({MV}) (\n{compute}\n) / 1e6", SUCCESS, MODEL_VERSION)),
+                                   MODEL_VERSION) + "\nor\n" + summary_mean("nv_inference_queue_summary_us")),
+        Recording(COMPUTE_AVG, ratio(f"sum by ({MV}) (\n{compute}\n) / 1e6", SUCCESS, MODEL_VERSION)
+                  + "\nor\n" + summary_mean(*compute_summaries)),
         # A summary with no observation in its 60 s window reports NaN; `>= 0` drops NaN so the average
         # takes over, exactly as it does where summaries are off.
         Recording(QUEUE_P95, f"(max by ({MV}) ({p95}) / 1e6) >= 0\nor\n{QUEUE_AVG}"),
         Recording(BATCH_AVG, ratio(src.rate("nv_inference_count", window), src.rate("nv_inference_exec_count", window),
                                    MODEL_VERSION)),
+        Recording(VERSION_NUMBER, version_number()),
     ] + ensemble_rules(src, window)
+
+
+def version_number() -> str:
+    """The `version` label of every version with requests as a number (the series' value), digit by digit: a
+    version whose k-th digit from the right is d gets d * 10^k from the term matching it. At most
+    VERSION_DIGITS digits (each term's regex allows no longer version); anything else records nothing."""
+    terms = [f'0 * group by ({MV}) ({REQUESTS}{{version=~"[0-9]{{1,{VERSION_DIGITS}}}"}})']
+    for k in range(VERSION_DIGITS):
+        prefix = f"[0-9]{{0,{VERSION_DIGITS - 1 - k}}}" if VERSION_DIGITS - 1 - k else ""
+        suffix = f"[0-9]{{{k}}}" if k else ""
+        for d in range(1, 10):
+            terms.append(f'label_replace({num(d * 10 ** k)} * group by ({MV}) '
+                         f'({REQUESTS}{{version=~"{prefix}{d}{suffix}"}}), "digit", "{k}", "", "")')
+    return f"sum by ({MV}) (\n" + indent("\nor\n".join(terms)) + "\n)"
+
+
+def _ranks(upto: int) -> str:
+    """The versions ranked 1..`upto`, each rank selected by an `=` matcher (one recording rule each)."""
+    either = " or ".join(f'{VERSION_RANK}{{rank="{i}"}}' for i in range(1, upto + 1))
+    return f"({either})" if upto > 1 else either
+
+
+def version_ranks(l2) -> list[Recording]:
+    """The newest busy versions of each model on each replica, rank 1 the newest (label `rank`, value the
+    version number): busy = more requests/s than `min_request_rate`, so a canary is judged only where both
+    it and its baseline have traffic. Each rank is the newest busy version not ranked above it (a group's
+    rules run in order, so each reads the ranks recorded above it in the same evaluation)."""
+    busy = f"{VERSION_NUMBER}\nand on ({MV})\n{REQUESTS} > {num(l2.min_request_rate)}"
+    out = []
+    for r in range(1, CANARY_RANKS + 1):
+        pool = busy if r == 1 else f"(\n{indent(busy)}\n)\nunless on ({MV})\n{_ranks(r - 1)}"
+        out.append(Recording(VERSION_RANK, f"topk by ({REPLICA_MODEL}) (1,\n{indent(pool)}\n)", {"rank": str(r)}))
+    return out
 
 
 def _overrides(spec: Spec, field: str) -> dict[str, float]:
     return {m: getattr(o, field) for m, o in spec.layers.L2.models.items() if getattr(o, field) is not None}
 
 
-def _canary(l2, value: str, *, relative: float, absolute: float) -> str:
-    """Versions that are not the model's majority version (the canary: a version taking less traffic than
-    another of the same model on the same server), compared with the majority version's `value`."""
-    on = "node, triton, model"
-    busy = f"{REQUESTS} > {num(l2.min_request_rate)}"
-    majority = f"topk by ({on}) (1, {busy})"
+def _canary(l2, value: str, weight: str, *, relative: float, absolute: float) -> str:
+    """Each of the CANARY_RANKS newest busy versions of a model on a replica (VERSION_RANK) whose `value` is
+    worse than its baseline: the older busy versions (by version number, whatever the traffic split) of
+    the same model on the same replica, their `value` averaged weighted by `weight` (requests for the error
+    ratio, successes for the mean request time). Worse: above (1 + relative) x baseline + absolute. No
+    older busy version: no baseline, nothing judged."""
     extra = f" + {num(absolute)}" if absolute else ""
-    return (f"(\n  {value}\n  and on ({MV}) ({busy})\n  unless on ({MV})\n  {majority}\n)\n"
-            f"> on ({on}) group_left ()\n"
-            f"(\n  {num(1 + relative)} * max by ({on}) (\n    {value}\n    and on ({MV})\n    {majority}\n  )"
-            f"{extra}\n)")
+    busy = f"{VERSION_NUMBER} and on ({MV}) {REQUESTS} > {num(l2.min_request_rate)}"
+    parts = []
+    for r in range(1, CANARY_RANKS + 1):
+        older = f"({busy})\nunless on ({MV})\n{_ranks(r)}"
+        weighted = f"{value} * on ({MV}) {weight}\nand on ({MV})\n({older})"
+        total = f"{weight}\nand on ({MV})\n({older})"
+        baseline = (f"sum by ({REPLICA_MODEL}) (\n{indent(weighted)}\n)\n/ on ({REPLICA_MODEL})\n"
+                    f"(sum by ({REPLICA_MODEL}) (\n{indent(total)}\n) > 0)")
+        parts.append(f'(\n  {value}\n  and on ({MV})\n  {VERSION_RANK}{{rank="{r}"}}\n)\n'
+                     f"> on ({REPLICA_MODEL}) group_left ()\n"
+                     f"(\n  {num(1 + relative)} * (\n{indent(baseline, 4)}\n  ){extra}\n)")
+    return "\nor\n".join(f"(\n{indent(p)}\n)" for p in parts)
 
 
 def _template_query(selector: Selector, metric: str, *matchers: str) -> str:
@@ -221,14 +307,15 @@ def groups(spec: Spec) -> list[Group]:
     window = str(spec.prometheus.rate_window)
     up = src.triton("up")
     cluster, cluster_arg = _in_cluster(spec)
-    state = _template_query(src.collector, "inferwatch_triton_model_state", cluster, "triton=%q", "model=%q",
+    # `pod=%q`: the replica the alert is about; "" (absent) outside Kubernetes matches series without it.
+    state = _template_query(src.collector, "inferwatch_triton_model_state", cluster, "triton=%q", "pod=%q", "model=%q",
                             "version=%q")
     step = _template_query(src.collector, "inferwatch_triton_model_step_info", cluster, "triton=%q", "model=%q")
-    reason = _template_query(src.collector, "inferwatch_triton_model_state_reason_info", cluster, "triton=%q",
+    reason = _template_query(src.collector, "inferwatch_triton_model_state_reason_info", cluster, "triton=%q", "pod=%q",
                              "model=%q", "version=%q")
-    failure = ",".join(m for m in (cluster, "triton=%q", "model=%q", "version=%q") if m)
+    failure = ",".join(m for m in (cluster, "triton=%q", "pod=%q", "model=%q", "version=%q") if m)
     reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{{failure}}} > 0)"{cluster_arg} '
-               f'$labels.triton $labels.model $labels.version | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
+               f'$labels.triton $labels.pod $labels.model $labels.version | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
                f'{{{{ $s.Labels.reason }}}} {{{{ $s.Value | printf "%.3g" }}}}/s{{{{ end }}}}')
     alerts = [
         Alert("TritonServerDown",
@@ -246,13 +333,14 @@ def groups(spec: Spec) -> list[Group]:
         Alert("TritonModelNotReady", f"{src.collector('inferwatch_triton_model_ready')} == 0", l2.for_, "critical",
               f"Model {MODEL} is not READY"
               f'{{{{ with printf "{state} == 1"{cluster_arg} '
-              f"$labels.triton $labels.model $labels.version | query }}}}"
+              f"$labels.triton $labels.pod $labels.model $labels.version | query }}}}"
               f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}"
               f'{{{{ with printf "{step}"{cluster_arg} '
               f"$labels.triton $labels.model | query }}}}{{{{ range . }}}}, a step of {{{{ .Labels.kind }}}} "
               f"{{{{ .Labels.parent }}}}{{{{ end }}}}{{{{ end }}}}"
               f'{{{{ with printf "{reason}"{cluster_arg} '
-              f"$labels.triton $labels.model $labels.version | query }}}}{{{{ range . }}}}; Triton's reason: "
+              f"$labels.triton $labels.pod $labels.model $labels.version | query }}}}{{{{ range . }}}}; "
+              f"Triton's reason: "
               f'{{{{ reReplaceAll "(?s)^(.{{{REASON_CHARS}}}).+$" "${{1}}…" .Labels.reason }}}}'
               f"{{{{ end }}}}{{{{ end }}}}"
               f": its requests fail."),
@@ -283,6 +371,16 @@ def groups(spec: Spec) -> list[Group]:
         Alert("TritonRequestsRejected", f'{FAILURE}{{reason="REJECTED"}} > 0', l2.for_, "warning",
               f"Triton rejects {{{{ $value | printf \"%.3g\" }}}} requests/s for {MODEL}: the scheduler's queue is "
               f"full or requests time out in it."),
+        # A client hanging up is not a server error: judged apart, at most a warning. Steps are their parent's
+        # work; decoupled models the gateway meters are judged there (LlmCancellationRatioHigh).
+        Alert("TritonCancellationRatioHigh",
+              with_min_rate(f"{CANCELLED_RATIO} > {num(l2.cancellation_ratio)}", REQUESTS, l2.min_request_rate,
+                            MODEL_VERSION)
+              + f"\nunless on (triton, model)\n{src.steps}\nunless on (triton, model)\n{src.decoupled_at_gateway}",
+              l2.for_, "warning",
+              f"Clients cancel {{{{ $value | humanizePercentage }}}} of their requests to {MODEL} over {window} "
+              f"(warning above {l2.cancellation_ratio:.0%}): not a server error, but often a sign clients time "
+              f"out waiting."),
         Alert("TritonPendingRequestsHigh",
               over_threshold_by_model(
                   lambda m: f"sum by ({MV}) ({src.triton('nv_inference_pending_request_count', m[1:-1])})",
@@ -302,20 +400,21 @@ def groups(spec: Spec) -> list[Group]:
               f"more than {num(l2.batching_min_queue_seconds)} s: a preferred size small requests never fill "
               f"makes the batcher wait for max_queue_delay."),
         Alert("TritonCanaryRegression",
-              _canary(l2, ERROR_RATIO, relative=l2.canary_regression_ratio,
-                      absolute=l2.canary_min_error_ratio_delta),
+              _canary(l2, f"({ERROR_RATIO} or on ({MV}) 0 * {REQUESTS})", REQUESTS,
+                      relative=l2.canary_regression_ratio, absolute=l2.canary_min_error_ratio_delta),
               l2.for_, "warning",
               f"Canary {MODEL} fails {{{{ $value | humanizePercentage }}}} of its requests, more than "
-              f"{l2.canary_regression_ratio:.0%} worse than the version serving most traffic: roll it back.",
+              f"{l2.canary_regression_ratio:.0%} worse than the older version(s) still serving: roll it back.",
               labels={"signal": "error_ratio"}),
         Alert("TritonCanaryRegression",
-              _canary(l2, REQUEST_AVG, relative=l2.canary_regression_ratio, absolute=0),
+              _canary(l2, REQUEST_AVG, SUCCESS, relative=l2.canary_regression_ratio, absolute=0),
               l2.for_, "warning",
               f"Canary {MODEL} takes {{{{ $value | humanizeDuration }}}} per request on average, more than "
-              f"{l2.canary_regression_ratio:.0%} slower than the version serving most traffic: roll it back.",
+              f"{l2.canary_regression_ratio:.0%} slower than the older version(s) still serving: roll it back.",
               labels={"signal": "latency"}),
         exporter_down("TritonCollectorDown", src.collector, for_=l2.exporter_down_for, severity="warning",
                       what="the inferwatch Triton collector", has_targets=bool(spec.targets.triton_collectors),
                       cluster=spec.cluster),
     ]
-    return [Group("inferwatch-triton.rules", recording_rules(src, window)), Group("inferwatch-triton.alerts", alerts)]
+    return [Group("inferwatch-triton.rules", recording_rules(src, window) + version_ranks(l2)),
+            Group("inferwatch-triton.alerts", alerts)]

@@ -15,7 +15,8 @@ from promql_labels import Branch, LabelFlow
 JOB_OF_PREFIX = (("nv_", "triton"), ("DCGM_", "inferwatch-gpu"), ("inferwatch_gpu_", "inferwatch-gpu"),
                  ("inferwatch_triton_", "inferwatch-triton"), ("gateway_", "inferwatch-gateway"),
                  ("inferwatch_notifier_", "inferwatch-notifier"), ("alertmanager_", "inferwatch-alertmanager"),
-                 ("process_", "inferwatch-prometheus"), ("ALERTS", "inferwatch-prometheus-alerts"),
+                 ("process_", "inferwatch-prometheus"), ("prometheus_", "inferwatch-prometheus"),
+                 ("ALERTS", "inferwatch-prometheus-alerts"),
                  ("vllm:", "triton"))  # the vLLM backend's families, re-exported on Triton's :8002
 # GPU series as either exporter writes them: the device labels both always write; the host label is
 # `Hostname` (inferwatch, dcgm-exporter up to 4.8.2) or `hostname` (dcgm-exporter from 4.8.3); the driver
@@ -25,6 +26,9 @@ _POD = ("namespace", "pod", "container")
 _DCGM_MAYBE = ("Hostname", "hostname", "DCGM_FI_DRIVER_VERSION") + _POD
 _GPU = ("gpu", "UUID", "Hostname")
 _TMT = ("tenant", "model", "tier")
+# A Triton replica behind a Service: `pod` on Triton's own series (the operator's target label) and on the
+# collector's series of each replica (rules/identity.py); absent outside Kubernetes.
+_REPLICA = ("pod",)
 # Metric name (or prefix, first match wins) -> (labels the exporter always writes, labels it may write).
 EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("DCGM_FI_DEV_FB_", _DEVICE, _DCGM_MAYBE + ("GPU_I_PROFILE", "GPU_I_ID")),  # MIG instances' framebuffer
@@ -35,18 +39,18 @@ EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("inferwatch_gpu_xid_errors_total", _GPU + ("xid",), ()),
     ("inferwatch_gpu_clocks_event_active", _GPU + ("reason",), _POD),
     ("inferwatch_gpu_", (), ()),  # the exporter's own: nvml_up, devices, collection_*
-    ("nv_inference_request_failure", ("model", "version", "reason"), ()),
-    ("nv_inference_queue_summary_us", ("model", "version", "quantile"), ()),
-    ("nv_inference_", ("model", "version"), ()),
+    ("nv_inference_request_failure", ("model", "version", "reason"), _REPLICA),
+    ("nv_inference_queue_summary_us", ("model", "version", "quantile"), _REPLICA),
+    ("nv_inference_", ("model", "version"), _REPLICA),
     # LLM engine backends (docs/sources.md#llm-engines): per model and version, plus the family's kind label.
-    ("nv_trt_llm_request_metrics", ("model", "version", "request_type"), ()),
-    ("nv_trt_llm_kv_cache_block_metrics", ("model", "version", "kv_cache_block_type"), ()),
-    ("nv_trt_llm_runtime_memory_metrics", ("model", "version", "memory_type"), ()),
-    ("vllm:", ("model", "version"), ()),
-    ("inferwatch_triton_model_ready", ("triton", "model", "version"), ()),
-    ("inferwatch_triton_model_state", ("triton", "model", "version", "state"), ()),
-    ("inferwatch_triton_model_", ("triton", "model"), ()),
-    ("inferwatch_triton_", ("triton",), ()),
+    ("nv_trt_llm_request_metrics", ("model", "version", "request_type"), _REPLICA),
+    ("nv_trt_llm_kv_cache_block_metrics", ("model", "version", "kv_cache_block_type"), _REPLICA),
+    ("nv_trt_llm_runtime_memory_metrics", ("model", "version", "memory_type"), _REPLICA),
+    ("vllm:", ("model", "version"), _REPLICA),
+    ("inferwatch_triton_model_ready", ("triton", "model", "version"), _REPLICA),
+    ("inferwatch_triton_model_state", ("triton", "model", "version", "state"), _REPLICA),
+    ("inferwatch_triton_model_", ("triton", "model"), _REPLICA),
+    ("inferwatch_triton_", ("triton",), _REPLICA),
     ("gateway_requests_total", _TMT + ("code", "outcome"), ()),
     ("gateway_tokens_total", _TMT + ("type",), ()),
     ("gateway_", _TMT, ()),
@@ -55,6 +59,7 @@ EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("inferwatch_notifier_", (), ()),
     ("alertmanager_", (), ()),
     ("process_", (), ()),
+    ("prometheus_rule_evaluation_failures_total", ("rule_group",), ()),
     ("ALERTS", ("alertname", "alertstate", "replica"), ()),  # federated copies (plus the alert's own labels)
 )
 

@@ -159,20 +159,25 @@ def test_dcgm_exporter_as_it_ships_drives_the_gpu_alerts(rules_dir):
     tests.append({"name": "dcgm-exporter healthy: no GPU alert", "interval": "1m", "input_series": healthy,
                   "alert_rule_test": [{"eval_time": t, "alertname": a} for a in L1 for t in ("5m", "15m")]})
 
-    # Hot GPU held by a pod; the page names the pod, the exporter's host label (hostname from 4.8.3) and node;
+    # Hot GPU held by a pod; the page names the exporter's host label (hostname from 4.8.3) and node, and the
+    # pod in its description, never in its labels (a rescheduled pod is the same incident: rules/identity.py);
     # a GPU whose target has no `node` is named by its host label instead.
     hot = dcgm("DCGM_FI_DEV_GPU_TEMP", 0, host="hostname", pod=POD)
     hot_b = dcgm("DCGM_FI_DEV_GPU_TEMP", 3, host="hostname", node=None, instance="10.0.0.9:9400")
     hot_b_alert = expected("GpuTemperatureCritical", {**labels_of(hot_b), **CRITICAL},
                            "GPU 3 (GPU-0003-aaaa) on node gpu-host-a is at 91 °C (critical above 85 °C).")
-    tests.append({"name": "dcgm-exporter: GpuTemperatureCritical with the pod's labels", "interval": "1m",
+    held = dcgm("DCGM_FI_DEV_FB_USED", 0, host="hostname", pod=POD)
+    hot_labels = {k: v for k, v in labels_of(hot).items() if k not in ("namespace", "pod", "container")}
+    tests.append({"name": "dcgm-exporter: GpuTemperatureCritical names the pod, without its labels", "interval": "1m",
                   "input_series": [{"series": hot, "values": "70 70 90x10"}, {"series": hot_b, "values": "91x10"},
+                                   {"series": held, "values": "20480x12"},
                                    {"series": series("up", TARGETS["gpu"]), "values": "1x12"}],
                   "alert_rule_test": [
                       {"eval_time": "3m", "alertname": "GpuTemperatureCritical", "exp_alerts": [hot_b_alert]},
                       {"eval_time": "5m", "alertname": "GpuTemperatureCritical", "exp_alerts": [
-                          expected("GpuTemperatureCritical", {**labels_of(hot), **CRITICAL},
-                                   f"{gpu_a} is at 90 °C (critical above 85 °C)."), hot_b_alert]}]})
+                          expected("GpuTemperatureCritical", {**hot_labels, **CRITICAL},
+                                   f"{gpu_a} is at 90 °C (critical above 85 °C). Pods on it: inference/llm-0."),
+                          hot_b_alert]}]})
 
     # XID 79 in dcgm-exporter's last-XID gauge: it labels the value (err_code, err_msg), so the code changing
     # starts a new series. GpuLost and GpuXidCritical fire at once, then resolve once the change leaves the

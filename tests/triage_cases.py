@@ -66,6 +66,8 @@ CONDITION = {
                                         {"queue_p95_seconds": 0.3, "request_rate": 20},
                                         {"queue_p95_seconds": 0.005}),
     "TritonRequestsRejected": Condition(MODEL, {"rejected_per_second": 2}, {"rejected_per_second": 0}),
+    "TritonCancellationRatioHigh": Condition(MODEL, {"cancelled_ratio": 0.3, "request_rate": 10},
+                                             {"cancelled_ratio": 0.05}),
     "TritonPendingRequestsHigh": Condition(MODEL, {"pending_requests": 150}, {"pending_requests": 20}),
     "TritonBatchingIneffective": Condition(
         MODEL, {"preferred_batch_size": 8, "batch_size_avg": 1.5, "queue_avg_seconds": 0.2, "request_rate": 20},
@@ -126,6 +128,9 @@ CONDITION = {
     "AlertmanagerClusterDegraded": Condition(
         {}, {"peers_configured": 3, "peers_answering": 2, "fewest_members_seen": 2},
         {"peers_answering": 3, "fewest_members_seen": 3}),
+    "PrometheusRuleEvaluationFailing": Condition(
+        {"instance": "prom:9090", "rule_group": "/etc/prometheus/rules/triton.yml;inferwatch-triton.rules"},
+        {"failures_per_second": 0.02}, {"failures_per_second": 0}),
     "PrometheusReplicasDisagree": Condition({"disagreeing_alert": "GpuLost"}, {"disagreeing_alerts": 1},
                                             {"disagreeing_alerts": 0}),
 }
@@ -213,6 +218,9 @@ FINDINGS = {
     ("TritonRequestsRejected", "capacity"): F({"gpu_util_ratio": 0.95, "pending_requests": 50},
                                               {"gpu_util_ratio": 0.5}),
     ("TritonRequestsRejected", "queue-policy-too-tight"): F({"gpu_util_ratio": 0.4}, {"gpu_util_ratio": 0.95}),
+    ("TritonCancellationRatioHigh", "clients-time-out-waiting"): F({"queue_avg_seconds": 3},
+                                                                   {"queue_avg_seconds": 0.1}),
+    ("TritonCancellationRatioHigh", "client-behaviour"): F({"queue_avg_seconds": 0.1}, {"queue_avg_seconds": 3}),
     ("TritonPendingRequestsHigh", "stuck-model"): F({"executions_per_second": 0}, {"executions_per_second": 5}),
     ("TritonPendingRequestsHigh", "gpu-throttling"): F({"throttling": 1}, {"throttling": 0}),
     ("TritonPendingRequestsHigh", "capacity"): F({"gpu_util_ratio": 0.95}, {"gpu_util_ratio": 0.5}),
@@ -339,6 +347,9 @@ FINDINGS = {
                                           {"webhooks_per_second": 0.5}),
     ("AlertmanagerClusterDegraded", "peer-down"): F({}, {"peers_answering": 3}),
     ("AlertmanagerClusterDegraded", "split-brain"): F({"peers_answering": 3}, {"peers_answering": 2}),
+    ("PrometheusRuleEvaluationFailing", "group-overloaded"): F({"missed_evaluations": 0.01},
+                                                               {"missed_evaluations": 0}),
+    ("PrometheusRuleEvaluationFailing", "rule-error"): F({"missed_evaluations": 0}, {"missed_evaluations": 0.01}),
     ("PrometheusReplicasDisagree", "configuration-differs"): F({"rules_difference": 3, "reload_failures": 0},
                                                                {"rules_difference": 0, "reload_failures": 0}),
     ("PrometheusReplicasDisagree", "targets-reached-differently"): F({"dial_failure_difference": 0.5},
