@@ -122,7 +122,7 @@ class RequestMeter:
             self.first_token_at = now
             if self.streamed:
                 self.series.ttft.observe(now - self.started)
-        if seq and 0 < seq < MAX_SEQUENCES:
+        if seq and 0 < seq < MAX_SEQUENCES:  # a second choice and beyond (n > 1)
             seqs = self._seqs
             if seqs is None:
                 seqs = self._seqs = {}
@@ -138,7 +138,22 @@ class RequestMeter:
             if self._first0 is None:
                 self._first0 = now
             elif self.streamed:
-                self._gap(now - self.last_token_at, n, exact, now)
+                # _gap inlined: this branch runs once per event of every single-choice stream.
+                gap = now - self.last_token_at
+                chunks = self._chunks
+                if chunks is None:
+                    chunks = self._chunks = [0] * (len(ITL_BUCKETS) + 1)
+                i = bisect.bisect_left(ITL_BUCKETS, gap)
+                chunks[i] += 1
+                self._chunk_sum += gap
+                if exact:
+                    counts = self._itl
+                    if counts is None:
+                        counts = self._itl = [0] * (len(ITL_BUCKETS) + 1)
+                    counts[i if n == 1 else bisect.bisect_left(ITL_BUCKETS, gap / n)] += n
+                    self._itl_sum += gap
+                if now - self._itl_written >= ITL_FLUSH_S:
+                    self._write_itl(now)
             self.last_token_at = now
         self.counted_tokens += n
         if self.method is None:
