@@ -8,6 +8,7 @@ complete streams look cancelled (docs/gateway-apis.md, "What a complete answer i
 from __future__ import annotations
 
 import concurrent.futures
+import json
 
 import pytest
 
@@ -64,6 +65,44 @@ def test_official_client_streams_are_complete_and_exact(tmp_path):
         billed = sum(gw.value("gateway_tokens_total", tenant=t, model="gpt-test", tier="other", type="output")
                      for t in SHAPES)
         assert billed == sum(SHAPES[t][1] for t, _ in seen)
+    finally:
+        gw.stop()
+        up.stop()
+
+
+@pytest.mark.slow
+def test_official_client_responses_and_embeddings(tmp_path):
+    """The same client on the Responses API (no `[DONE]`: the client reads to the body's end) and on
+    embeddings (input tokens only): every call `ok`, counts equal to the server's."""
+    from dialect_fixtures import RESPONSES_END, RESPONSES_MARKER, RESPONSES_TOKENS, RESPONSES_USAGE
+
+    up = ScriptedUpstream()
+    up.scripts["resp"] = Script(RESPONSES_TOKENS + RESPONSES_END + [RESPONSES_MARKER])
+    embedding = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]}],
+                 "model": "gpt-test", "usage": {"prompt_tokens": 8, "total_tokens": 8}}
+    up.scripts["emb"] = Script([json.dumps(embedding).encode()], content_type="application/json")
+    gw = GatewayProcess(up.url, {"tenants": ["resp", "emb"], "models": ["gpt-test"]}, tmp_path, verbose=False)
+    try:
+        def client(tenant: str):
+            return openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0, timeout=30,
+                                 default_headers={"X-Tenant-ID": tenant, "X-Script": tenant})
+
+        responses, embeddings = client("resp"), client("emb")
+        calls = 50
+        for _ in range(calls):
+            done = [e for e in responses.responses.create(model="gpt-test", input="hi", stream=True)
+                    if e.type == "response.completed"]
+            assert done[0].response.usage.output_tokens == RESPONSES_USAGE["output_tokens"]
+            raw = embeddings.embeddings.with_raw_response.create(model="gpt-test", input="hello",
+                                                                 encoding_format="float")
+            assert raw.headers["X-Token-Used"] == "8" and raw.parse().usage.prompt_tokens == 8
+        wait_until(lambda: len(gw.usages()) >= 2 * calls, timeout=60, what="usage records")
+        for tenant, counts in (("resp", (RESPONSES_USAGE["input_tokens"], RESPONSES_USAGE["output_tokens"])),
+                               ("emb", (8, 0))):
+            records = gw.usages(tenant=tenant)
+            got = {(r["outcome"], r["input_tokens"], r["output_tokens"]) for r in records}
+            print(f"official openai {tenant}: {len(records)} calls, {got}")
+            assert (len(records), got) == (calls, {("ok", *counts)})
     finally:
         gw.stop()
         up.stop()
