@@ -11,6 +11,10 @@ What ends a stream well (else it is an error, `truncated`):
   `finish_reason` (several servers close the stream without `[DONE]`).
 - Triton: a clean end of the body (Triton sends no end marker).
 
+What makes the answer complete when the client leaves before the body's end (`answered`; then it is not
+`cancelled`): OpenAI-compatible, `[DONE]` relayed, or every choice's finish_reason and then a `usage` object;
+Triton, nothing (no end marker tells it).
+
 Errors: an event or body in any shape below, or an SSE event named `error`. Its `code` and
 `type` are kept:
 - OpenAI / vLLM nested `{"error": {"message", "type", "code"}}`;
@@ -19,9 +23,9 @@ Errors: an event or body in any shape below, or an SSE event named `error`. Its 
 - Anthropic `{"type": "error", "error": {"type", "message"}}`; OpenAI Responses `{"type": "error", "code",
   "message"}`.
 
-Wire facts (README, "Which servers are metered how"): Triton streams `data: {json}\\n\\n` per response with no
-`[DONE]`; an error after the stream began is `data: {"error": ...}` under HTTP 200, and a non-streamed
-`/generate` may also answer 200 with an `error` body. OpenAI streams end with `data: [DONE]`; with
+Wire facts (docs/gateway-apis.md, "Which servers are metered how"): Triton streams `data: {json}\\n\\n`
+per response with no `[DONE]`; an error after the stream began is `data: {"error": ...}` under HTTP 200, and
+a non-streamed `/generate` may also answer 200 with an `error` body. OpenAI streams end with `data: [DONE]`; with
 `stream_options.include_usage` a last chunk with empty `choices` carries `usage`, and an interrupted stream
 may never send it.
 """
