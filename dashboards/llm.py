@@ -66,13 +66,18 @@ def build(spec: Spec) -> db.Dashboard:
                f"{gw('gateway_time_to_first_token_seconds_bucket', SEL)}{RATE})))", "{{tenant}} {{tier}}")],
         links=runbook_links(spec, ["LlmTtftP95High"]), thresholds=ttft_lines, min_val=0))
     board = board.with_panel(timeseries_panel(
-        "Inter-token latency by tier", "Gap between tokens as the client receives them, per token: "
-        "P50/P95/P99 per tier (gateway_inter_token_latency_seconds). High ITL with normal TTFT points to "
-        "decode, not queueing.", "s",
+        "Inter-token latency by tier", "Gap between tokens as the client receives them, per token, where a "
+        "chunk's token count is known: P50/P95/P99 per tier (gateway_inter_token_latency_seconds). High ITL "
+        "with normal TTFT points to decode, not queueing.", "s",
         _quantiles(gw, "gateway_inter_token_latency_seconds", "tier", "{{tier}}"), min_val=0))
     board = board.with_panel(heatmap_panel(
         "Inter-token latency distribution", "Tokens per inter-token-latency bucket over time.", "s",
         f"sum by (le) (rate({gw('gateway_inter_token_latency_seconds_bucket', SEL)}{RATE}))"))
+    board = board.with_panel(timeseries_panel(
+        "Time per output chunk by tier", "Gap between output chunks of one sequence as the client receives "
+        "them: P50/P95/P99 per tier (gateway_time_per_output_chunk_seconds). Every streamed request has it; "
+        "inter-token latency only streams whose chunks say their token count (docs/gateway-apis.md).", "s",
+        _quantiles(gw, "gateway_time_per_output_chunk_seconds", "tier", "{{tier}}"), min_val=0))
     board = board.with_panel(timeseries_panel(
         "Time per output token by tier", "Per successful streamed request, (last token - first token) / "
         "(output tokens - 1): P50/P95/P99 per tier (gateway_time_per_output_token_seconds).", "s",

@@ -440,6 +440,10 @@ class GatewaySettings:
         None, doc="Triton models metered as LLM traffic on generate, generate_stream and infer; unset: "
                   "generate and generate_stream of every model (Triton's LLM endpoints) and infer of none. "
                   "OpenAI-compatible /v1/chat/completions and /v1/completions are always metered")
+    routes: dict[str, str] = field(
+        {}, doc="more metered POST paths, path -> protocol (openai: chat or completions, responses, messages, "
+                "embeddings), added to the defaults /v1/chat/completions, /v1/completions (openai), /v1/responses, "
+                "/v1/messages, /v1/embeddings (docs/gateway-apis.md); a default path given here takes this protocol")
     max_connections: int = field(4096, doc="open client connections; beyond, the ones idle longest are closed "
                                            "(lowered to stay below the file-descriptor limit)")
     header_timeout: Duration = field(_d("10s"), doc="a connection must send a complete request head within this "
@@ -475,6 +479,13 @@ class GatewaySettings:
             except ValueError:
                 raise SpecError(f"{path}.tenant_trusted_proxies[{i}]",
                                 f"expected an IP address or CIDR network, got {cidr!r}") from None
+        from inferwatch.exporters.gateway.routes import PROTOCOLS  # the gateway's table, not the spec's
+
+        for route, protocol in self.routes.items():
+            if not route.startswith("/"):
+                raise SpecError(f"{path}.routes", f"expected a path starting with /, got {route!r}")
+            if protocol not in PROTOCOLS:
+                raise SpecError(f"{path}.routes.{route}", f"expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
 
 
 # ------------------------------------------------------------------------------------ notifier routing

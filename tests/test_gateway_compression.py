@@ -122,10 +122,12 @@ def test_compressed_stream_meters_like_the_plain_one(stack, encoding):
     usage = gw.wait_usage(tenant=row)
     assert (usage["outcome"], usage["output_tokens"], usage["method"]) == ("ok", 3, "events")
     assert gw.value("gateway_time_to_first_token_seconds_count", **labels(row)) == 1
-    # TTFT at the first event (200 ms), before the second is even written; ITL: the two gaps as written.
+    # TTFT at the first event (200 ms), before the second is even written; the time per output chunk: the two
+    # gaps as written (no per-token ITL: a chunk's token count is unknown without usage per chunk).
     assert 0.2 <= gw.value("gateway_time_to_first_token_seconds_sum", **labels(row)) < 0.2 + GAP
-    assert gw.value("gateway_inter_token_latency_seconds_count", **labels(row)) == 2
-    assert 2 * GAP - 0.02 <= gw.value("gateway_inter_token_latency_seconds_sum", **labels(row)) < 3 * GAP
+    assert gw.value("gateway_time_per_output_chunk_seconds_count", **labels(row)) == 2
+    assert 2 * GAP - 0.02 <= gw.value("gateway_time_per_output_chunk_seconds_sum", **labels(row)) < 3 * GAP
+    assert gw.value("gateway_inter_token_latency_seconds_count", **labels(row)) == 0
 
 
 def test_undecodable_answers_are_unmetered_counted_and_logged_once(stack):

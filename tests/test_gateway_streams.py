@@ -112,6 +112,15 @@ ERRORS = [
     ("tgi_error_type", CHAT, sse(b'{"error":"queue full","error_type":"overloaded"}'), "200", None, "overloaded"),
     ("event_named_error", CHAT, b'event: error\ndata: {"message":"bad gateway","code":502}\n\n', "502", 502, None),
     ("triton_error_event", TRITON, b'data: {"error":"model crashed"}\n\n', "200", None, None),
+    # vLLM's flat ErrorResponse (no `error` member): an error, not a success.
+    ("vllm_flat_error", CHAT, sse(b'{"object":"error","message":"engine died","type":"InternalServerError",'
+                                  b'"param":null,"code":500}'), "500", 500, "InternalServerError"),
+    ("flat_error_event_named", CHAT, b'event: error\ndata: {"object":"error","message":"no","type":"BadRequestError",'
+                                     b'"code":400}\n\n', "400", 400, "BadRequestError"),
+    ("flat_error_completions", COMPLETIONS, sse(b'{"object":"error","message":"x","type":"ServiceUnavailableError",'
+                                                b'"code":503}'), "503", 503, "ServiceUnavailableError"),
+    ("triton_flat_error", TRITON, sse(b'{"object":"error","message":"x","type":"InternalServerError","code":500}'),
+     "500", 500, "InternalServerError"),
     ("error_invalid_utf8", CHAT, sse(b'{"error":{"message":"\xff","type":"InternalServerError","code":500}}'),
      "500", 500, "InternalServerError"),
 ]

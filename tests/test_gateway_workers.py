@@ -53,7 +53,7 @@ def test_two_workers_count_every_request_once_and_stop_cleanly(tmp_path):
                    what=f"{n} requests summed over the workers")
         assert gw.value("gateway_tokens_total", **labels, type="output") == 5 * n
         assert gw.value("gateway_time_to_first_token_seconds_count", **labels) == n
-        assert gw.value("gateway_inter_token_latency_seconds_count", **labels) == 4 * n
+        assert gw.value("gateway_time_per_output_chunk_seconds_count", **labels) == 4 * n
         assert gw.value("gateway_requests_in_flight", **labels) == 0
         assert gw.value("gateway_workers") == 2
         assert gw.value("process_cpu_seconds_total") > 0

@@ -44,7 +44,7 @@ class Gateway:
         self.metrics = GatewayMetrics(registry)
         self.labels = LabelPolicy(self.spec)
         self.usage_sink = usage_sink
-        self.classifier = Classifier(self.spec.gateway.llm_models)
+        self.classifier = Classifier(self.spec.gateway.llm_models, self.spec.gateway.routes)
         self.max_answer_bytes = self.spec.gateway.max_answer_bytes
         # One line per (reason, model, detail) a minute; keys bounded by ConditionLog (then shared).
         self._unmetered_log = ConditionLog(log)

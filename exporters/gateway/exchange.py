@@ -2,7 +2,9 @@
 
 It turns "response started", "body bytes arrived" and "ended (how)" into RequestMeter calls through the
 protocol readers, and decides the outcome:
-- `cancelled` (client went away) and `timeout` (upstream too slow) are given by the caller;
+- `cancelled` (client went away) and `timeout` (upstream too slow) are given by the caller; a client that
+  goes away once its whole answer was relayed (protocols.py `answered`: the end marker, or what ends a
+  complete answer) cancelled nothing, and the exchange ends as if the body had ended there;
 - `error`: HTTP status ≥ 400, an error event or error body, a stream that did not end well (protocols.py:
   an OpenAI stream with neither `[DONE]` nor a finish_reason, error_type `truncated`) or a stream the
   upstream cut;
@@ -28,7 +30,7 @@ from typing import Callable
 from inferwatch.exporters.gateway.counts import InvalidCount
 from inferwatch.exporters.gateway.decoding import TooLarge, Undecodable, decoder_for
 from inferwatch.exporters.gateway.meter import RequestMeter, Usage
-from inferwatch.exporters.gateway.protocols import reader_for
+from inferwatch.exporters.gateway.readers import reader_for
 from inferwatch.exporters.gateway.routes import Route
 from inferwatch.exporters.gateway.sse import EventTooLarge, SseSplitter
 from inferwatch.ratelog import ConditionLog
@@ -174,6 +176,10 @@ class Exchange:
         self.meter.upstream_end(now)
         self.parse_body(now)
         reader = self.reader
+        if outcome == "cancelled" and self.sse and self.reading and reader.answered:
+            # The client left after its whole answer was relayed (the `openai` client closes the response at
+            # `data: [DONE]`, before the body's end): nothing was cancelled, the exchange ended as sent.
+            outcome = code = None
         if outcome is None:
             if self.status >= 400 or reader.error:
                 outcome = "error"

@@ -6,10 +6,18 @@ The proxy and the in-process API both drive this class; nothing else computes a 
 Definitions (docs/sources.md#llm-user-experience-metrics):
 - TTFT: arrival → first token-bearing event; streamed requests only (a non-streamed TTFT would equal the
   whole latency, a fault seen in LiteLLM and others).
-- ITL: gap between consecutive token-bearing events divided by the tokens of the later event, observed once
-  per token, so a chunk with several tokens does not inflate it (as SGLang and vLLM do).
+- Sequences: a request with several choices (`n` > 1, parallel sampling) has one sequence per choice, as
+  vLLM counts them; TTFT is the first token of any sequence, tokens add up over all of them, and every gap
+  below is between two events of the same sequence (interleaved choices are not one faster sequence).
+- Time per output chunk: gap between consecutive token-bearing events of one sequence, once per event after
+  the sequence's first (OpenTelemetry `gen_ai.client.operation.time_per_output_chunk`).
+- ITL: the same gap divided by the tokens of the later event, observed once per token, so a chunk with
+  several tokens does not inflate it (as SGLang and vLLM do); only for events whose token count is known
+  (`exact`: a running count, token logprobs, Triton's count field). Where a chunk's count is unknown (a
+  final `usage` only says the total), the chunk time is the honest figure and no ITL is recorded.
 - TPOT: (last token − first token) / (tokens − 1), once per successful streamed request with ≥ 2 tokens
-  (vLLM `request_time_per_output_token_seconds`, OpenTelemetry `gen_ai.server.time_per_output_token`).
+  (vLLM `request_time_per_output_token_seconds`, OpenTelemetry `gen_ai.server.time_per_output_token`); with
+  several sequences, once per sequence with ≥ 2 events, over the tokens counted from its events.
 - Output tokens per second: output tokens / request duration (AIPerf "E2E output token throughput").
 - Tokens metered: the upstream's exact count when it reports one (OpenAI `usage`, a cumulative count field),
   else the tokens counted from events; every outcome is metered, cancelled and failed streams included,
@@ -27,6 +35,9 @@ from inferwatch.exporters.gateway.metrics import ITL_BUCKETS, Series, observe_co
 # ITL observations are gathered per request and written in bulk (one write per bucket used) when the request
 # ends, and at least this often while a long stream runs, so /metrics lags a running stream by at most this.
 ITL_FLUSH_S = 1.0
+# Choice indexes kept apart as sequences; a higher index (no server samples that many) joins sequence 0, so a
+# stream cannot grow the meter's state beyond this.
+MAX_SEQUENCES = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +83,8 @@ class RequestMeter:
 
     __slots__ = ("series", "streamed", "clock", "started", "first_token_at", "last_token_at", "counted_tokens",
                  "exact_output_tokens", "input_tokens", "method", "upstream_started", "upstream_duration",
-                 "finished", "unmetered", "error_code", "error_type", "_itl", "_itl_sum", "_itl_written")
+                 "finished", "unmetered", "error_code", "error_type", "_itl", "_itl_sum", "_itl_written",
+                 "_chunks", "_chunk_sum", "_first0", "_seqs")
 
     def __init__(self, series: Series, streamed: bool, clock=time.perf_counter, started: float | None = None):
         self.series = series
@@ -94,10 +106,15 @@ class RequestMeter:
         self._itl: list[int] | None = None  # ITL observations not yet written, per bucket (+Inf last)
         self._itl_sum = 0.0
         self._itl_written = self.started
+        self._chunks: list[int] | None = None  # chunk-time observations not yet written, as _itl
+        self._chunk_sum = 0.0
+        self._first0: float | None = None  # sequence 0's first token (last_token_at is its last)
+        self._seqs: dict[int, list] | None = None  # sequence ≥ 1 → [first token at, last token at, tokens]
         series.in_flight.inc()
 
-    def tokens(self, n: int, now: float | None = None) -> None:
-        """A token-bearing event carrying `n` ≥ 1 tokens arrived at `now`."""
+    def tokens(self, n: int, now: float | None = None, seq: int = 0, exact: bool = True) -> None:
+        """A token-bearing event of sequence (choice) `seq` carrying `n` ≥ 1 tokens arrived at `now`;
+        `exact`: `n` is the event's known token count (else an estimate, and no ITL is observed for it)."""
         if n <= 0:
             return
         now = self.clock() if now is None else now
@@ -105,25 +122,69 @@ class RequestMeter:
             self.first_token_at = now
             if self.streamed:
                 self.series.ttft.observe(now - self.started)
-        elif self.streamed:
-            per_token = (now - self.last_token_at) / n
+        if seq and 0 < seq < MAX_SEQUENCES:  # a second choice and beyond (n > 1)
+            seqs = self._seqs
+            if seqs is None:
+                seqs = self._seqs = {}
+            state = seqs.get(seq)
+            if state is None:
+                seqs[seq] = [now, now, n]
+            else:
+                if self.streamed:
+                    self._gap(now - state[1], n, exact, now)
+                state[1] = now
+                state[2] += n
+        else:
+            if self._first0 is None:
+                self._first0 = now
+            elif self.streamed:
+                # _gap inlined: this branch runs once per event of every single-choice stream.
+                gap = now - self.last_token_at
+                chunks = self._chunks
+                if chunks is None:
+                    chunks = self._chunks = [0] * (len(ITL_BUCKETS) + 1)
+                i = bisect.bisect_left(ITL_BUCKETS, gap)
+                chunks[i] += 1
+                self._chunk_sum += gap
+                if exact:
+                    counts = self._itl
+                    if counts is None:
+                        counts = self._itl = [0] * (len(ITL_BUCKETS) + 1)
+                    counts[i if n == 1 else bisect.bisect_left(ITL_BUCKETS, gap / n)] += n
+                    self._itl_sum += gap
+                if now - self._itl_written >= ITL_FLUSH_S:
+                    self._write_itl(now)
+            self.last_token_at = now
+        self.counted_tokens += n
+        if self.method is None:
+            self.method = "events"
+
+    def _gap(self, gap: float, n: int, exact: bool, now: float) -> None:
+        """An event `gap` seconds after its sequence's previous one, carrying `n` tokens."""
+        chunks = self._chunks
+        if chunks is None:
+            chunks = self._chunks = [0] * (len(ITL_BUCKETS) + 1)
+        chunks[bisect.bisect_left(ITL_BUCKETS, gap)] += 1
+        self._chunk_sum += gap
+        if exact:
+            per_token = gap / n
             counts = self._itl
             if counts is None:
                 counts = self._itl = [0] * (len(ITL_BUCKETS) + 1)
             counts[bisect.bisect_left(ITL_BUCKETS, per_token)] += n
-            self._itl_sum += per_token * n
-            if now - self._itl_written >= ITL_FLUSH_S:
-                self._write_itl(now)
-        self.last_token_at = now
-        self.counted_tokens += n
-        if self.method is None:
-            self.method = "events"
+            self._itl_sum += gap
+        if now - self._itl_written >= ITL_FLUSH_S:
+            self._write_itl(now)
 
     def _write_itl(self, now: float) -> None:
         if self._itl is not None:
             observe_counts(self.series.itl, self._itl, self._itl_sum)
             self._itl = None
             self._itl_sum = 0.0
+        if self._chunks is not None:
+            observe_counts(self.series.chunk_time, self._chunks, self._chunk_sum)
+            self._chunks = None
+            self._chunk_sum = 0.0
         self._itl_written = now
 
     def set_exact_output_tokens(self, total: int, method: str) -> None:
@@ -191,9 +252,22 @@ class RequestMeter:
             s.output_tokens.observe(out)
             if duration > 0:
                 s.tokens_per_second.observe(out / duration)
-            if self.streamed and out >= 2 and self.first_token_at is not None:
-                s.tpot.observe((self.last_token_at - self.first_token_at) / (out - 1))
+            if self.streamed and self._seqs is None:
+                if out >= 2 and self._first0 is not None:
+                    s.tpot.observe((self.last_token_at - self._first0) / (out - 1))
+            elif self.streamed:
+                self._sequence_tpot()
         return self.usage(outcome, code, duration)
+
+    def _sequence_tpot(self) -> None:
+        """TPOT once per sequence of a several-choice request, over the tokens counted from its events (the
+        upstream's exact count is the request's total, not a sequence's)."""
+        sequences = list(self._seqs.values()) if self._seqs else []
+        if self._first0 is not None:
+            sequences.append([self._first0, self.last_token_at, self.counted_tokens - sum(q[2] for q in sequences)])
+        for first, last, count in sequences:
+            if count >= 2:
+                self.series.tpot.observe((last - first) / (count - 1))
 
     def usage(self, outcome: str, code: int, duration: float) -> Usage:
         """The request's billing record as the meter knows it now (finish's; also the record of a request

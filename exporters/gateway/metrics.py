@@ -88,9 +88,16 @@ class GatewayMetrics:
                                            registry=r)
         self.ttft = Histogram("gateway_time_to_first_token_seconds", "Streamed requests only: arrival to the first "
                               "event that carries a token.", LABELS, buckets=TTFT_BUCKETS, registry=r)
-        self.itl = Histogram("gateway_inter_token_latency_seconds", "Gap between token-bearing events divided by the "
-                             "tokens the later event carries, observed once per token.", LABELS,
+        self.itl = Histogram("gateway_inter_token_latency_seconds", "Gap between token-bearing events of one sequence "
+                             "divided by the tokens the later event carries, observed once per token; only for "
+                             "events whose token count is known (else see gateway_time_per_output_chunk_seconds).",
+                             LABELS,
                              buckets=ITL_BUCKETS, registry=r)
+        self.chunk_time = Histogram("gateway_time_per_output_chunk_seconds", "Streamed requests: gap between "
+                                    "consecutive output chunks of one sequence (choice), observed once per chunk "
+                                    "after the first (OpenTelemetry gen_ai.client.operation.time_per_output_chunk); "
+                                    "the per-token figure where a chunk's token count is unknown.", LABELS,
+                                    buckets=ITL_BUCKETS, registry=r)
         self.tpot = Histogram("gateway_time_per_output_token_seconds", "Per successful streamed request: (last token "
                               "- first token) / (output tokens - 1).", LABELS, buckets=TPOT_BUCKETS, registry=r)
         self.output_tokens = Histogram("gateway_output_tokens", "Output tokens per successful request.", LABELS,
@@ -123,8 +130,8 @@ class GatewayMetrics:
 class Series:
     """Children of every family for one (tenant, model, tier): label lookups happen once, not per token."""
 
-    __slots__ = ("metrics", "key", "duration", "upstream_duration", "ttft", "itl", "tpot", "output_tokens",
-                 "tokens_per_second", "_tokens", "in_flight", "_requests", "_methods")
+    __slots__ = ("metrics", "key", "duration", "upstream_duration", "ttft", "itl", "chunk_time", "tpot",
+                 "output_tokens", "tokens_per_second", "_tokens", "in_flight", "_requests", "_methods")
 
     def __init__(self, metrics: GatewayMetrics, key: tuple[str, str, str]):
         self.metrics = metrics
@@ -133,6 +140,7 @@ class Series:
         self.upstream_duration = metrics.upstream_duration.labels(*key)
         self.ttft = metrics.ttft.labels(*key)
         self.itl = metrics.itl.labels(*key)
+        self.chunk_time = metrics.chunk_time.labels(*key)
         self.tpot = metrics.tpot.labels(*key)
         self.output_tokens = metrics.output_tokens.labels(*key)
         self.tokens_per_second = metrics.tokens_per_second.labels(*key)

@@ -11,13 +11,21 @@ What ends a stream well (else it is an error, `truncated`):
   `finish_reason` (several servers close the stream without `[DONE]`).
 - Triton: a clean end of the body (Triton sends no end marker).
 
-Errors: an event or body with a truthy `error` member, or an SSE event named `error`. Its `code` and `type`
-are kept (OpenAI/vLLM `{"error": {"message", "type", "code"}}`; TGI `{"error": "...", "error_type": "..."}`;
-Triton `{"error": "..."}` has neither).
+What makes the answer complete when the client leaves before the body's end (`answered`; then it is not
+`cancelled`): OpenAI-compatible, `[DONE]` relayed, or every choice's finish_reason and then a `usage` object;
+Triton, nothing (no end marker tells it).
 
-Wire facts (README, "Which servers are metered how"): Triton streams `data: {json}\\n\\n` per response with no
-`[DONE]`; an error after the stream began is `data: {"error": ...}` under HTTP 200, and a non-streamed
-`/generate` may also answer 200 with an `error` body. OpenAI streams end with `data: [DONE]`; with
+Errors: an event or body in any shape below, or an SSE event named `error`. Its `code` and
+`type` are kept:
+- OpenAI / vLLM nested `{"error": {"message", "type", "code"}}`;
+- vLLM's flat ErrorResponse `{"object": "error", "message", "type", "code"}`;
+- TGI `{"error": "...", "error_type": "..."}`; Triton `{"error": "..."}` (neither code nor type);
+- Anthropic `{"type": "error", "error": {"type", "message"}}`; OpenAI Responses `{"type": "error", "code",
+  "message"}`.
+
+Wire facts (docs/gateway-apis.md, "Which servers are metered how"): Triton streams `data: {json}\\n\\n`
+per response with no `[DONE]`; an error after the stream began is `data: {"error": ...}` under HTTP 200, and
+a non-streamed `/generate` may also answer 200 with an `error` body. OpenAI streams end with `data: [DONE]`; with
 `stream_options.include_usage` a last chunk with empty `choices` carries `usage`, and an interrupted stream
 may never send it.
 """
@@ -29,7 +37,6 @@ import re
 
 from inferwatch.exporters.gateway.counts import cumulative_count, token_count
 from inferwatch.exporters.gateway.meter import RequestMeter
-from inferwatch.exporters.gateway.routes import Route
 from inferwatch.exporters.gateway.sse import ErrorEvent
 
 # Triton output carrying the cumulative exact token count (toy_llm; name it the same in your model).
@@ -64,7 +71,7 @@ def _count_after(data: bytes, field: bytes, name: str, earlier: int | None = Non
 _VALUE_AT = re.compile(rb"[ \[]*([^,\]}\s]*)")
 
 
-def _json(data: bytes):
+def parse_json(data: bytes):
     """The JSON value in an event's data or a body; raises ValueError when it is not JSON.
 
     An event stream is UTF-8, and a client decodes it replacing each invalid sequence with U+FFFD (WHATWG
@@ -76,7 +83,7 @@ def _json(data: bytes):
         return json.loads(data.decode("utf-8", "replace"))
 
 
-class _Reader:
+class Reader:
     """What every protocol reader records: an error (with the upstream's code and type) and completeness."""
 
     __slots__ = ("meter", "error", "error_code", "error_type", "complete")
@@ -91,28 +98,39 @@ class _Reader:
     def _fail(self, doc) -> None:
         """Record an error from a JSON document (or None when the error's body is not JSON)."""
         self.error = True
-        err = doc.get("error") if isinstance(doc, dict) else None
-        if isinstance(err, dict):
-            code, kind = err.get("code"), err.get("type")
-        else:
-            code, kind = None, doc.get("error_type") if isinstance(doc, dict) else None
+        code, kind = error_fields(doc)
         if isinstance(code, (int, str)) and not isinstance(code, bool):
             self.error_code = code if isinstance(code, int) else code[:64]
         if isinstance(kind, str):
             self.error_type = kind[:64]
 
+    def event(self, data: bytes, now: float) -> None:
+        """One stream event's data (an ErrorEvent for an event named `error`), arrived at `now`."""
+        raise NotImplementedError
+
+    def body(self, data: bytes, now: float) -> None:
+        """A whole non-streamed answer under a status below 400."""
+        raise NotImplementedError
+
     @property
     def ended_well(self) -> bool:
         return self.complete
 
+    @property
+    def answered(self) -> bool:
+        """The whole answer reached the client: its end marker (or what a complete answer ends with) was
+        relayed, so a client hanging up afterwards (the `openai` client closes the response at `[DONE]`,
+        before the body's end) did not cancel anything. False for a protocol without an end marker."""
+        return False
+
     def _error_event(self, data: bytes) -> None:
         """An `event: error` (its data may be the error object itself) or an error body."""
         try:
-            doc = _json(data)
+            doc = parse_json(data)
         except ValueError:
             doc = None
-        if isinstance(doc, dict) and "error" not in doc:
-            doc = {"error": doc}
+        if isinstance(doc, dict) and not is_error_doc(doc):
+            doc = {"error": doc}  # the event's name says it is an error: its data is the error object
         self._fail(doc)
 
     def error_body(self, data: bytes) -> None:
@@ -121,18 +139,42 @@ class _Reader:
             self._error_event(data)
 
 
+def is_error_doc(doc) -> bool:
+    """Whether a parsed event or body is an error object, in any shape a server sends one (module
+    docstring, "Errors")."""
+    return isinstance(doc, dict) and bool(doc.get("error") or doc.get("object") == "error"
+                                          or doc.get("type") == "error")
+
+
+def error_fields(doc) -> tuple[object, object]:
+    """(code, type) of an error object as its shape names them (module docstring, "Errors"), unchecked;
+    (None, None) for a document that is not JSON."""
+    if not isinstance(doc, dict):
+        return None, None
+    err = doc.get("error")
+    if isinstance(err, dict):  # OpenAI / vLLM nested, Anthropic `{"type": "error", "error": {...}}`
+        return err.get("code"), err.get("type")
+    if err:  # TGI `{"error": "...", "error_type": ...}`, Triton `{"error": "..."}`
+        return None, doc.get("error_type")
+    if doc.get("object") == "error":  # vLLM's flat ErrorResponse
+        return doc.get("code"), doc.get("type")
+    # Responses API `{"type": "error", "code": ..., "message": ...}`; a bare `event: error` data object.
+    kind = doc.get("type")
+    return doc.get("code"), kind if kind != "error" else None
+
+
 def _is_error(data: bytes):
     """The parsed document when `data` is an error object, else None (cheap guard first)."""
-    if b'"error"' not in data:  # most events never mention it
+    if b'"error' not in data:  # most events never mention it
         return None
     try:
-        doc = _json(data)
+        doc = parse_json(data)
     except ValueError:
         return None
-    return doc if isinstance(doc, dict) and doc.get("error") else None
+    return doc if is_error_doc(doc) else None
 
 
-class TritonEvents(_Reader):
+class TritonEvents(Reader):
     """Reads Triton generate responses. With the count field every event's tokens are exact
     (cumulative count minus the previous one); without it, an event with non-empty `text_output` is one token.
     """
@@ -159,7 +201,7 @@ class TritonEvents(_Reader):
             self.meter.set_exact_output_tokens(total, "count_field")
             self.meter.tokens(n, now)
         elif b'"text_output"' in data and b'"text_output":""' not in data:
-            self.meter.tokens(1, now)
+            self.meter.tokens(1, now, 0, False)  # one per event: an estimate (an event may hold several)
         if self.meter.input_tokens is None and INPUT_COUNT_FIELD in data:
             self.meter.input_tokens = _count_after(data, INPUT_COUNT_FIELD, "input_token_count")
 
@@ -186,7 +228,7 @@ def _infer_output_count(data: bytes, name: str = "output_token_count") -> int | 
     """The count output `name` of a KServe v2 /infer response: {"outputs": [{"name", "data": [N]}]}.
     Raises InvalidCount when its last element is not a count."""
     try:
-        doc = _json(data)
+        doc = parse_json(data)
     except ValueError:
         return None
     for out in doc.get("outputs") or () if isinstance(doc, dict) else ():
@@ -198,38 +240,41 @@ def _infer_output_count(data: bytes, name: str = "output_token_count") -> int | 
     return None
 
 
-def _choice_tokens(choice: dict) -> int:
+def _choice_tokens(choice: dict) -> tuple[int, bool]:
+    """(tokens, exact) of one chunk's choice: 0 without generated output; the number of its token logprobs
+    (exact), else 1 (an estimate: a chunk may carry several tokens)."""
     delta = choice.get("delta")
     if isinstance(delta, dict):
         for key, value in delta.items():
             if value and key not in NOT_OUTPUT:
                 break
         else:
-            return 0
+            return 0, True
     elif not choice.get("text"):
-        return 0
+        return 0, True
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict):
         # Token-level logprobs list one entry per token: an exact count for a multi-token chunk.
         listed = logprobs.get("content") or logprobs.get("tokens")
         if isinstance(listed, list) and listed:
-            return len(listed)
-    return 1
+            return len(listed), True
+    return 1, False
 
 
-class OpenAIEvents(_Reader):
+class OpenAIEvents(Reader):
     """Reads OpenAI-compatible chunks. Tokens per event: the cumulative `usage.completion_tokens` delta when
     the upstream sends usage on every chunk (vLLM `continuous_usage_stats`), else the number of token
     logprobs, else one per choice with generated output. A final `usage` makes the request's total exact.
     """
 
-    __slots__ = ("_usage_cumulative", "_unfinished", "_finished")
+    __slots__ = ("_usage_cumulative", "_unfinished", "_finished", "_final_usage")
 
     def __init__(self, meter: RequestMeter):
         super().__init__(meter, complete=False)  # until [DONE], or every choice's finish_reason
         self._usage_cumulative = 0
         self._unfinished: set = set()
         self._finished = False
+        self._final_usage = False  # a usage object arrived once every choice had finished
 
     def event(self, data: bytes, now: float) -> None:
         if data == b"[DONE]":
@@ -241,28 +286,39 @@ class OpenAIEvents(_Reader):
         doc = self._document(data)
         if doc is None:
             return
-        n = 0
-        for choice in doc.get("choices") or ():
-            if isinstance(choice, dict):
-                n += _choice_tokens(choice)
-                index = choice.get("index", 0)
-                if choice.get("finish_reason"):
-                    self._unfinished.discard(index)
-                    self._finished = True
-                elif isinstance(index, int):
-                    self._unfinished.add(index)
+        choices = doc.get("choices") or ()
         total = self._usage(doc.get("usage"))
+        delta = 0
         if total is not None:
             delta = total - self._usage_cumulative
             self._usage_cumulative = total
-            if n and delta > 0:
-                n = delta
-        self.meter.tokens(n, now)
+        tokens = self.meter.tokens
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            n, exact = _choice_tokens(choice)
+            index = choice.get("index", 0)
+            if n and delta > 0 and len(choices) == 1:
+                n, exact = delta, True  # a running usage (vLLM continuous_usage_stats): this chunk's count
+            if choice.get("finish_reason"):
+                self._unfinished.discard(index)
+                self._finished = True
+            elif isinstance(index, int):
+                self._unfinished.add(index)
+            # Each choice is its own sequence (meter.py): interleaved choices are not one faster stream.
+            tokens(n, now, index if type(index) is int and index > 0 else 0, exact)
+        if total is not None and self._finished and not self._unfinished:
+            self._final_usage = True
 
     @property
     def ended_well(self) -> bool:
         """The stream said it was complete: [DONE], or a finish_reason for every choice it opened."""
         return self.complete or (self._finished and not self._unfinished)
+
+    @property
+    def answered(self) -> bool:
+        """[DONE] was relayed, or every choice's finish_reason and then the usage that ends the answer."""
+        return self.complete or self._final_usage
 
     def body(self, data: bytes, now: float) -> None:
         doc = self._document(data)
@@ -275,12 +331,12 @@ class OpenAIEvents(_Reader):
     def _document(self, data: bytes) -> dict | None:
         """The JSON object in `data`; None when it is not one, or when it is an error (then records it)."""
         try:
-            doc = _json(data)
+            doc = parse_json(data)
         except ValueError:
             return None
         if not isinstance(doc, dict):
             return None
-        if doc.get("error"):
+        if doc.get("error") or doc.get("object") == "error":
             self._fail(doc)
             return None
         return doc
@@ -298,7 +354,3 @@ class OpenAIEvents(_Reader):
         if completion is not None:
             self.meter.set_exact_output_tokens(completion, "usage")
         return completion
-
-
-def reader_for(route: Route, meter: RequestMeter):
-    return TritonEvents(meter) if route.protocol == "triton" else OpenAIEvents(meter)

@@ -15,7 +15,11 @@ Routes (everything else passes through unmetered):
 - Triton `POST /v2/models/<m>[/versions/<v>]/generate_stream` (SSE) and `/generate`, `/infer` (JSON):
   for the models `gateway.llm_models` names, or when it is unset, generate and generate_stream of every
   model and infer of none (a Triton /infer call is an LLM call only for a model declared as one);
-- OpenAI-compatible `POST /v1/chat/completions` and `/v1/completions`, always (they are LLM APIs).
+- the API routes of DEFAULT_ROUTES, always (they are LLM APIs), each read by its protocol's reader
+  (readers.py): OpenAI-compatible `POST /v1/chat/completions` and `/v1/completions` ("openai"), the OpenAI
+  Responses API `/v1/responses` ("responses"), the Anthropic Messages API `/v1/messages` ("messages") and
+  `/v1/embeddings` ("embeddings": input tokens only); the spec's `gateway.routes` adds paths (a server that
+  serves one of these APIs under another path) or gives a default path another protocol.
 """
 
 from __future__ import annotations
@@ -29,7 +33,16 @@ from yarl import URL
 
 _TRITON_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/(generate_stream|generate|infer)/?$",
                           re.IGNORECASE)
-_OPENAI_PATH = re.compile(r"^/v1/(chat/completions|completions)/?$", re.IGNORECASE)
+# Path → protocol of the API routes metered by default (docs/gateway-apis.md). A protocol here is one
+# readers.READERS knows; "triton" routes come from _TRITON_PATH instead.
+DEFAULT_ROUTES = {
+    "/v1/chat/completions": "openai",
+    "/v1/completions": "openai",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
+    "/v1/embeddings": "embeddings",
+}
+PROTOCOLS = ("openai", "responses", "messages", "embeddings")
 _REFUSED = ("%2f", "%5c", "\\")
 
 
@@ -39,7 +52,8 @@ class BadTarget(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """A metered request: `protocol` is "triton" or "openai"; `model` as the client named it (or None)."""
+    """A metered request: `protocol` is "triton" or one of PROTOCOLS; `endpoint` the route's last path word
+    (Triton: generate|generate_stream|infer); `model` as the client named it (or None)."""
 
     protocol: str
     endpoint: str
@@ -90,12 +104,15 @@ class Classifier:
     """`classify(method, path, body)`: the Route of a request, or None (pass through). `path` is the
     percent-decoded path (aiohttp's request.path of the canonical target, ASGI's scope["path"]).
 
-    `llm_models` is the spec's gateway.llm_models (None: generate/generate_stream of any model)."""
+    `llm_models` is the spec's gateway.llm_models (None: generate/generate_stream of any model); `routes`
+    the spec's gateway.routes (path → protocol), added to DEFAULT_ROUTES."""
 
-    __slots__ = ("llm_models",)
+    __slots__ = ("llm_models", "routes")
 
-    def __init__(self, llm_models: list[str] | None = None):
+    def __init__(self, llm_models: list[str] | None = None, routes: dict[str, str] | None = None):
         self.llm_models = frozenset(llm_models) if llm_models is not None else None
+        # Matched as classification reads a path: case of the fixed words and a trailing slash ignored.
+        self.routes = {route_key(p): proto for p, proto in {**DEFAULT_ROUTES, **(routes or {})}.items()}
 
     def classify(self, method: str, path: str, body: bytes) -> Route | None:
         if method != "POST":
@@ -106,14 +123,21 @@ class Classifier:
             if self.llm_models is None:
                 return Route("triton", endpoint, model) if endpoint != "infer" else None
             return Route("triton", endpoint, model) if model in self.llm_models else None
-        m = _OPENAI_PATH.match(path)
-        if m:
-            model = None
-            try:
-                doc = json.loads(body) if body else None
-            except ValueError:
-                doc = None
-            if isinstance(doc, dict) and isinstance(doc.get("model"), str):
-                model = doc["model"]
-            return Route("openai", m.group(1).lower().rsplit("/", 1)[-1], model)
-        return None
+        key = route_key(path)
+        protocol = self.routes.get(key)
+        if protocol is None:
+            return None
+        model = None
+        try:
+            doc = json.loads(body) if body else None
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("model"), str):
+            model = doc["model"]
+        return Route(protocol, key.rsplit("/", 1)[-1], model)
+
+
+def route_key(path: str) -> str:
+    """How a path is looked up in the route table: lower case, without a trailing slash."""
+    path = path.lower()
+    return path[:-1] if len(path) > 1 and path.endswith("/") else path
