@@ -6,6 +6,9 @@ labels, check the alert's own condition, then say which likely causes the values
 - Findings are tried in page order; every one that holds is reported, the first is the *top finding*.
 - A finding whose evidence is missing is not made; it is listed in `not_judged` with the values that had
   no data (three-valued logic, inferwatch.triage.condition).
+- Before any of that, each source the page reads is checked for freshness (inferwatch.triage.freshness): the
+  queries of a source that stopped reporting are not run, so neither the condition nor a finding is judged
+  from the last values it sent; `stale_sources` says which source and why.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ class AlertTriage:
     evaluated_at: float | None = None
     fault_time: float | None = None
     error: str | None = None
+    stale_sources: list = dataclasses.field(default_factory=list)  # freshness.SourceState of each stale source
 
     @property
     def top(self) -> MatchedFinding | None:
@@ -140,6 +144,8 @@ class AlertTriage:
             "not_judged": [{"cause": f.cause, "layer": f.layer,
                             "missing": [{"name": n, "why": self.why_missing(n)} for n in f.missing]}
                            for f in self.not_judged],
+            "stale_sources": [{"source": st.source, "up": st.up, "age_seconds": st.age_s, "reason": st.reason}
+                              for st in self.stale_sources],
             "thresholds": [{"name": t.name, "spec": t.path, "value": _json_value(t.value), "reason": t.reason}
                            for t in self.thresholds],
             "evidence": [{"name": e.result.name, "value": e.result.value, "unit": e.unit, "shown": e.shown,
@@ -218,16 +224,23 @@ def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None,
     result.thresholds = resolve_thresholds(runbook, spec, labels, result.fault_time)
     params = query_params(result.thresholds, spec)
     reasons = {t.name: t.reason for t in result.thresholds if t.value is None}
+    queries = list(runbook.queries.values())
+    from inferwatch.triage.freshness import check_sources, sources_read
+
+    states = check_sources(source, sources_read(q.expr for q in queries), labels, params, spec)
+    result.stale_sources = [st for st in states.values() if st.stale]
 
     def run(query) -> Evidence:
         unresolved = sorted(query.params - params.keys())
         if unresolved:
             return Evidence(QueryResult(query.name, query.expr), query.unit, query.help,
                             skipped=f"${unresolved[0]} unknown: {reasons.get(unresolved[0])}")
+        stale = [states[s] for s in sources_read([query.expr], data_only=True) if s in states and states[s].stale]
+        if stale:
+            return Evidence(QueryResult(query.name, query.expr), query.unit, query.help, skipped=stale[0].reason)
         expr = scoped(query.expr, labels, params, cluster_label=spec.cluster.label)
         return Evidence(source.query(query.name, expr), query.unit, query.help)
 
-    queries = list(runbook.queries.values())
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(queries)))) as pool:
         result.evidence = list(pool.map(run, queries))
     values: dict[str, float | None] = {e.result.name: e.result.value for e in result.evidence}
