@@ -15,9 +15,10 @@ series (Prometheus writes it at every scrape, 1 or 0, whether the target answers
 
 `<scope>` is the alert's node for the node-local sources (the GPU exporter and Triton on the alert's node;
 not checked for an alert without a node), nothing for the others (a gateway or collector anywhere).
-A stale source's queries are not run (except those on `up` itself): their values are unknown, never the averages of samples taken before it stopped (a 10-minute `avg_over_time` still
-answers minutes after an exporter died). Without any `up` series for a source its freshness is unknown and
-the evidence is used as it is (an unknown is not a failure).
+A stale source's queries are not run (except those on `up` itself): their values are unknown, never the
+averages of samples taken before it stopped (a 10-minute `avg_over_time` still answers minutes after an
+exporter died). Without any `up` series for a source its freshness is unknown and the evidence is used as it
+is (an unknown is not a failure).
 """
 
 from __future__ import annotations
