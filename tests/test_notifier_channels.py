@@ -137,6 +137,8 @@ def test_slack_blocks_have_title_key_labels_description_and_links(sims):
     assert got.body["text"] == "[FIRING:3] TritonModelNotReady"
     assert "severity: critical   layer: L2   node: node-a   model: classifier" in got.text
     alert_blocks = [b for b in blocks if b["type"] == "rich_text"][1:]
+    # The last one counts what was cut: every description is (4,000 characters each).
+    assert "3 of the 3 alerts shown are shortened" in str(alert_blocks.pop())
     assert len(alert_blocks) == 3 and all(len(str(b)) > 100 for b in alert_blocks)
     first = alert_blocks[0]["elements"][0]["elements"]
     # The description is one exact text element (no entities), cut with a marker saying how much.

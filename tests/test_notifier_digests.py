@@ -113,3 +113,22 @@ def test_counts_under_truncated_alerts_are_lower_bounds(sims, channel, firing, r
         assert "firing," not in shown and "at least" not in shown
     if channel == "oncall-slack":
         assert len(got.text) <= MESSAGE_MAX_CHARS
+
+
+@pytest.mark.parametrize("lang", TEXTS)
+@pytest.mark.parametrize("n", SIZES)
+def test_slack_digest_counts_what_it_shortens_and_lists(sims, n, lang):
+    text = TEXTS[lang] * 4   # ~1,000 characters per description: 18 alerts no longer fit uncut
+    got = send_via(sims, "oncall-slack", group(n, text))
+    seen = got.text
+    assert sum(len(str(b)) for b in got.body["blocks"]) > 0 and len(got.body["blocks"]) <= 50
+    shown = len(set(re.findall(r"Summary of alert i(\d+)\.", seen)))
+    cut = len(re.findall(r"…\[cut \d[\d,]* of", seen))
+    note = re.search(r"(\d+) of the (\d+) alerts shown are shortened", seen)
+    assert (int(note.group(1)) if note else 0) == cut and (not note or int(note.group(2)) == shown), seen
+    listed = re.findall(r"(?m)^:rotating_light: FIRING instance=i(\d+)$", seen)
+    more = re.search(r"…and (\d+) more, see Alertmanager", seen)
+    # Every alert whole, in one line, or counted.
+    assert shown + len(listed) + (int(more.group(1)) if more else 0) == n, seen
+    if shown < n:
+        assert f"the other {n - shown} follow in one line each" in seen, seen

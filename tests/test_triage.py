@@ -131,7 +131,8 @@ def test_terminal_output_shows_values_cause_and_runbook(prepared_prometheus, cap
     rc, out = triage_text(capsys, "LlmTtftP95High", "--label", "model=llm-capacity", "--label", "tier=realtime",
                           "--prometheus", prepared_prometheus.url)
     assert rc == 0
-    assert "The alert's condition holds" in out and "TTFT P95 is 825 ms against the tier's target of 300 ms" in out
+    assert "The alert's condition holds" in out
+    assert "TTFT P95 ≈ 825 ms, a histogram estimate between 300 ms and 1.00 s; the tier's target is 300 ms" in out
     assert "likely cause: capacity (L2)" in out
     assert "600 ms" in out  # triton_queue_p95_seconds, human-formatted
     assert "LlmTtftP95High.md" in out
@@ -169,7 +170,8 @@ def test_ttft_under_its_target_names_no_cause(prepared_prometheus, capsys):
     assert (result["top_cause"], result["findings"], result["not_judged"]) == (None, [], [])
     rc, out = triage_text(capsys, *args)
     assert "The alert's condition does not hold at" in out
-    assert "TTFT P95 is 138 ms against the tier's target of 300 ms" in out and "no cause is named" in out
+    assert "TTFT P95 ≈ 138 ms, a histogram estimate between 100 ms and 200 ms; the tier's target is 300 ms" in out
+    assert "no cause is named" in out
     assert "likely cause" not in out and "slow-after-scheduling" not in out
 
 

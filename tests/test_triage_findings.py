@@ -157,7 +157,7 @@ def test_the_issue_examples_as_judged_values():
                                             FINDINGS[("LlmTtftP95High", "slow-after-scheduling")].holds,
                                             {"ttft_p95_seconds": 0.138}))
     assert ttft.condition.holds is False and ttft.findings == []
-    assert ttft.condition.summary.startswith("TTFT P95 is 138 ms against the tier's target of 300 ms")
+    assert ttft.condition.summary.startswith("TTFT P95 138 ms; the tier's target is 300 ms")
     queue = run("TritonQueueTimeP95High", values_for(
         "TritonQueueTimeP95High", CONDITION["TritonQueueTimeP95High"].holds,
         FINDINGS[("TritonQueueTimeP95High", "batching-configuration")].holds, {"queue_p95_seconds": 0.005}))

@@ -6,6 +6,9 @@ labels, check the alert's own condition, then say which likely causes the values
 - Findings are tried in page order; every one that holds is reported, the first is the *top finding*.
 - A finding whose evidence is missing is not made; it is listed in `not_judged` with the values that had
   no data (three-valued logic, inferwatch.triage.condition).
+- Before any of that, each source the page reads is checked for freshness (inferwatch.triage.freshness): the
+  queries of a source that stopped reporting are not run, so neither the condition nor a finding is judged
+  from the last values it sent; `stale_sources` says which source and why.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Mapping
 from inferwatch.spec import Duration, Spec
 from inferwatch.triage.condition import ConditionError, missing_names
 from inferwatch.triage.condition import judge as judge_condition
+from inferwatch.triage.estimates import bucket_of, split_quantile
 from inferwatch.triage.evidence import Runbook
 from inferwatch.triage.scope import scoped
 from inferwatch.triage.sources import PrometheusSource, QueryResult
@@ -47,6 +51,7 @@ class Evidence:
     unit: str
     help: str
     skipped: str | None = None  # why the query was not run (a threshold it needs is unknown)
+    bucket: tuple[float, float] | None = None  # a histogram_quantile's bucket (lower, upper), in `unit`
 
     @property
     def shown(self) -> str:
@@ -54,7 +59,7 @@ class Evidence:
             return "not run"
         if self.result.error:
             return "error"
-        return format_value(self.result.value, self.unit)
+        return shown_value(self.result.value, self.unit, self.bucket)
 
 
 @dataclasses.dataclass
@@ -106,6 +111,7 @@ class AlertTriage:
     evaluated_at: float | None = None
     fault_time: float | None = None
     error: str | None = None
+    stale_sources: list = dataclasses.field(default_factory=list)  # freshness.SourceState of each stale source
 
     @property
     def top(self) -> MatchedFinding | None:
@@ -142,13 +148,28 @@ class AlertTriage:
             "not_judged": [{"cause": f.cause, "layer": f.layer,
                             "missing": [{"name": n, "why": self.why_missing(n)} for n in f.missing]}
                            for f in self.not_judged],
+            "stale_sources": [{"source": st.source, "up": st.up, "age_seconds": st.age_s, "reason": st.reason}
+                              for st in self.stale_sources],
             "thresholds": [{"name": t.name, "spec": t.path, "value": _json_value(t.value), "reason": t.reason}
                            for t in self.thresholds],
             "evidence": [{"name": e.result.name, "value": e.result.value, "unit": e.unit, "shown": e.shown,
+                          "estimate_bucket": None if e.bucket is None else
+                          [e.bucket[0], None if e.bucket[1] == float("inf") else e.bucket[1]],
                           "help": e.help, "query": e.result.expr, "series_count": e.result.series_count,
                           "top_series": [{"labels": lbl, "value": v} for lbl, v in e.result.series],
                           "error": e.result.error, "skipped": e.skipped} for e in self.evidence],
         }
+
+
+def shown_value(value: float | None, unit: str, bucket: tuple[float, float] | None) -> str:
+    """`format_value`, and for a histogram estimate the bucket it lies in (inferwatch.triage.estimates)."""
+    from inferwatch.triage.estimates import estimate_text
+
+    text = format_value(value, unit)
+    if value is None or bucket is None:
+        return text
+    lower, upper = bucket
+    return estimate_text(text, format_value(lower, unit), None if upper == float("inf") else format_value(upper, unit))
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -179,12 +200,15 @@ def format_value(value: float | None, unit: str) -> str:
 
 
 def judge(runbook: Runbook, labels: Mapping[str, str], values: Mapping[str, float | None],
-          units: Mapping[str, str] | None = None) -> Judgement:
+          units: Mapping[str, str] | None = None,
+          buckets: Mapping[str, tuple[float, float]] | None = None) -> Judgement:
     """The pure part of triage: the alert's condition and the findings over `values` (every query,
-    threshold and built-in name of the page → number or None). `units` formats values in summaries.
+    threshold and built-in name of the page → number or None). `units` formats values in summaries;
+    `buckets` names the histogram bucket of each quantile estimate, which summaries then show.
     Raises ConditionError when a condition reads a value that is not a number (a list threshold)."""
     units = dict(units or {})
-    shown = {name: format_value(v, units.get(name, "count")) for name, v in values.items()}
+    buckets = dict(buckets or {})
+    shown = {name: shown_value(v, units.get(name, "count"), buckets.get(name)) for name, v in values.items()}
     variant = runbook.condition_for(labels)
     holds = judge_condition(variant.condition, values)
     verdict = ConditionVerdict(holds, variant.when, _fill(variant.summary, shown),
@@ -220,6 +244,11 @@ def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None,
     result.thresholds = resolve_thresholds(runbook, spec, labels, result.fault_time)
     params = query_params(result.thresholds, spec)
     reasons = {t.name: t.reason for t in result.thresholds if t.value is None}
+    queries = list(runbook.queries.values())
+    from inferwatch.triage.freshness import check_sources, sources_read
+
+    states = check_sources(source, sources_read(q.expr for q in queries), labels, params, spec)
+    result.stale_sources = [st for st in states.values() if st.stale]
 
     not_triton = _not_served_by_triton(spec, labels)
 
@@ -230,18 +259,28 @@ def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None,
         if unresolved:
             return Evidence(QueryResult(query.name, query.expr), query.unit, query.help,
                             skipped=f"${unresolved[0]} unknown: {reasons.get(unresolved[0])}")
+        stale = [states[s] for s in sources_read([query.expr], data_only=True) if s in states and states[s].stale]
+        if stale:
+            return Evidence(QueryResult(query.name, query.expr), query.unit, query.help, skipped=stale[0].reason)
         expr = scoped(query.expr, labels, params, cluster_label=spec.cluster.label)
-        return Evidence(source.query(query.name, expr), query.unit, query.help)
+        evidence = Evidence(source.query(query.name, expr), query.unit, query.help)
+        quantile = split_quantile(expr)
+        if quantile is not None and evidence.result.value is not None:
+            edges = source.label_values(quantile[0], "le")
+            if edges:
+                lower, upper = bucket_of(evidence.result.value * quantile[1], [float(e) for e in edges])
+                evidence.bucket = (lower / quantile[1], upper / quantile[1])
+        return evidence
 
-    queries = list(runbook.queries.values())
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(queries)))) as pool:
         result.evidence = list(pool.map(run, queries))
     values: dict[str, float | None] = {e.result.name: e.result.value for e in result.evidence}
     values.update({t.name: condition_value(t.value) for t in result.thresholds})
     units = {**{q.name: q.unit for q in queries}, **{n: r.unit for n, r in runbook.thresholds.items()},
              **BUILTIN_UNITS}
+    buckets = {e.result.name: e.bucket for e in result.evidence if e.bucket is not None}
     try:
-        verdict = judge(runbook, labels, values, units)
+        verdict = judge(runbook, labels, values, units, buckets)
     except ConditionError as exc:  # a condition reading a list threshold: a page error, reported, not raised
         result.error = f"{runbook.path}: {exc}"
         return result

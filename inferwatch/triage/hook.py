@@ -40,8 +40,9 @@ MAX_ALERTS_TRIAGED = 3
 def top_finding_for(labels: Mapping[str, str], prometheus_url: str, runbooks: Mapping[str, Runbook],
                     timeout: float = DEFAULT_TIMEOUT_SECONDS, spec: Spec | None = None,
                     fault_time: float | None = None) -> str | None:
-    """'likely cause: <cause> (<layer>): <summary>' for the alert with `labels`, or None (no page, the
-    alert's condition does not hold now, no finding). Thresholds come from `spec` (default: the built-in
+    """'likely cause: <cause> (<layer>): <summary>' for the alert with `labels`, 'no cause named: <why>' when
+    a source the page reads stopped reporting, or None (no page, the alert's condition does not hold now, no
+    finding). Thresholds come from `spec` (default: the built-in
     defaults); `fault_time` is the alert's startsAt in unix seconds. Each HTTP call is bounded by `timeout`
     and never retried, so a dead Prometheus fails in milliseconds."""
     name = labels.get("alertname", "")
@@ -50,6 +51,9 @@ def top_finding_for(labels: Mapping[str, str], prometheus_url: str, runbooks: Ma
         return None
     source = PrometheusSource(prometheus_url, timeout=timeout, retries=0)
     result = triage_alert(name, labels, runbook, source, runbook_url="", spec=spec, fault_time=fault_time)
+    if result.top is None and result.stale_sources:
+        # The on-call should know the evidence is missing because a source stopped, not that nothing matched.
+        return "no cause named: " + "; ".join(st.reason for st in result.stale_sources)
     if result.top is None or result.condition is None or result.condition.holds is False:
         return None
     # Parentheses, not brackets: WeCom's markdown escaping turns [ ] into full-width ［ ］, so a bracketed

@@ -60,6 +60,8 @@ def print_results(results: list[AlertTriage], file: IO[str] | None = None, width
                 what = f"{e.help} — query failed: {e.result.error}"
             table.add_row(e.result.name, Text(e.shown, style=style), what)
         console.print(table)
+        for st in r.stale_sources:
+            console.print(Text.assemble(("stale source: ", "bold red"), (st.source, "bold"), f" — {st.reason}"))
         if r.error:
             console.print(Text(r.error, style="red"))
         if r.condition is not None:

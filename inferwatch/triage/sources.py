@@ -83,6 +83,18 @@ class PrometheusSource:
         result.value = samples[0][1] if samples else None
         return result
 
+    def label_values(self, expr: str, label: str) -> list[str] | None:
+        """Every value of `label` over the series `expr` returns at the evaluation time (a histogram's `le`
+        edges); None when the query fails (the caller then shows the value without them)."""
+        params = {"time": f"{self.at:.3f}"} if self.at is not None else None
+        try:
+            data = self.client.custom_query(expr, params=params)
+        except (PrometheusApiClientException, requests.RequestException):
+            return None
+        if not data or not isinstance(data[0], dict):
+            return []
+        return sorted({item.get("metric", {}).get(label, "") for item in data} - {""})
+
 
 def fetch_firing_alerts(url: str, timeout: float = 10.0) -> list[dict]:
     """Active alerts from Alertmanager that are neither silenced nor inhibited (API v2 objects, with

@@ -147,6 +147,9 @@ class SlackChannel(HttpChannel):
         shown = view.alerts[:MAX_ALERT_BLOCKS]
         for alert in shown:
             blocks.append(_rich(self._alert_elements(alert, cap)))
+        note = self._cut_note(view, shown, cap)
+        if note:
+            blocks.append(_rich([_el(note, ("italic",))]))
         rest = self._listing(view, view.alerts[len(shown):], BLOCK_MAX_CHARS)
         if rest:
             blocks.append(_rich(rest))
@@ -154,6 +157,20 @@ class SlackChannel(HttpChannel):
             blocks.append(_rich([_el("Triage: ", ("bold",))] + _value(n.enrichment, cap)))
         blocks += self._buttons(view)
         return {"text": cut_runes(escape(self._title(n)), BLOCK_MAX_CHARS), "blocks": blocks}
+
+    def _cut_note(self, view: GroupView, shown: list[AlertView], cap: int) -> str:
+        """What the message leaves out, counted: `3 of the 20 alerts shown are shortened (cut fields end in
+        "…[cut"); the other 180 follow in one line each, those that do not fit counted at the end`; '' when
+        every alert is there whole."""
+        shortened = sum(1 for a in shown if self._alert_elements(a, cap) != self._alert_elements(a, 10**9))
+        rest = len(view.alerts) - len(shown)
+        parts = []
+        if shortened:
+            parts.append(f"{shortened} of the {len(shown)} alerts shown are shortened (cut fields end in \"…[cut\")")
+        if rest:
+            parts.append(f"the other {rest} follow in one line each, those that do not fit counted at the end")
+        text = "; ".join(parts)
+        return text[:1].upper() + text[1:]
 
     def _alert_elements(self, alert: AlertView, cap: int) -> list[dict]:
         els = _status(alert.status)
@@ -206,6 +223,9 @@ class SlackChannel(HttpChannel):
             first = _rich(self._alert_elements(view.first, cap))
             if text_chars(first) <= min(BLOCK_MAX_CHARS, room // 2):
                 blocks = [first]
+                note = self._cut_note(view, [view.first], cap)
+                if note:
+                    blocks.append(_rich([_el(note, ("italic",))]))
                 break
         others = view.alerts[1:] if blocks else view.alerts
         listing = self._listing(view, others, min(BLOCK_MAX_CHARS, room - text_chars(blocks)))
