@@ -73,8 +73,9 @@ def pagerduty_events(sims) -> list[str]:
 
 def _wait_settled(*services: NotifierService) -> None:
     """Until no replica has a delivery pending or an outcome unrecorded: any page one of them would send has
-    been sent (the condition a fixed second stood for). Fault check: with the peer check made to answer
-    "not seen" (b stores its copy), test_a_copy_reaching_the_other_replica_is_a_duplicate fails here."""
+    been sent (the condition a fixed second stood for). Fault check: with a replica that answers "duplicate"
+    but stores and sends its copy anyway, test_a_copy_reaching_the_other_replica_is_a_duplicate fails on the
+    assertion after this wait (['trigger', 'trigger'])."""
     wait_for(lambda: all(s.outbox.counts()["pending"] == 0 and not s.worker.recorder.pending() for s in services),
              timeout=30, what="every replica's deliveries finished (none pending, every outcome recorded)")
 
