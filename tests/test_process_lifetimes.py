@@ -12,9 +12,10 @@ still be starting, and once it is healthy, alternately), the gateway with `--wor
 whose starting thread has exited.
 
 Fault check (run once, by hand): with `die_with_parent` removed from exposition.py's child, the renderer case
-fails on its first run (the render child is left, blocked); with `lifeline=False` in the lifeline parent, the
-shell and its sleeps survive; with the send process reading its parent pid itself (the old code) the early
-kills leave a send process watching its adoptive parent.
+fails on its first run ("run 0: the gateway's /metrics server SIGKILLed; its children [pid] should have
+exited within 10.0s, still running: ..."); with `lifeline=False` in the lifeline parent, run 0 fails with the
+shell and both sleeps still running. The send processes' old fault (a process reading its parent pid itself,
+late) is a race: the early kills aim at it, but it does not fail on every run.
 """
 
 from __future__ import annotations
@@ -201,3 +202,26 @@ def test_a_lifeline_process_and_its_children_die_with_a_sigkilled_parent_every_t
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+@pytest.mark.parametrize(("argv", "stop", "code"), [
+    # The program's own exit status comes back (it exits once the test says so, so start() sees it running).
+    (["sh", "-c", "while [ ! -e go ]; do sleep 0.05; done; exit 3"], False, 3),
+    (["sleep", "600"], True, -signal.SIGTERM),               # stop(): SIGTERM forwarded once, its death reported
+    (["sh", "-c", "trap 'exit 7' TERM; sleep 600 & wait"], True, 7),  # a program that handles SIGTERM itself
+])
+def test_a_lifeline_process_reports_the_program_s_exit_and_stops_whole(tmp_path, argv, stop, code):
+    from inferwatch.testing.process import ManagedProcess
+
+    marker = uuid.uuid4().hex
+    process = ManagedProcess("program", argv, tmp_path / "program.log", ready=lambda: True,
+                             env=_env(marker), cwd=str(tmp_path), lifeline=True)
+    process.start()
+    assert process.proc is not None
+    (tmp_path / "go").touch()
+    if stop:
+        wait_for(lambda: len(_tree(marker)) >= 2, timeout=20, what="the supervisor and its program")
+        process.stop()
+    assert process.proc.wait(20) == code
+    wait_for(lambda: not _tree(marker), timeout=EXIT_DEADLINE_S, what=f"every process of {argv} gone")
+    process.stop()
