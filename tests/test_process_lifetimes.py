@@ -14,8 +14,9 @@ whose starting thread has exited.
 Fault check (run once, by hand): with `die_with_parent` removed from exposition.py's child, the renderer case
 fails on its first run ("run 0: the gateway's /metrics server SIGKILLed; its children [pid] should have
 exited within 10.0s, still running: ...", with the deadline then at 10 s); with `lifeline=False` in the
-lifeline parent, run 0 fails with the shell and both sleeps still running. The send processes' old fault (a process reading its parent pid itself,
-late) is a race: the early kills aim at it, but it does not fail on every run.
+lifeline parent, run 0 fails with the shell and both sleeps still running. The send processes' old fault (a
+process reading its parent pid itself, late) is a race: the early kills aim at it, but it does not fail on
+every run.
 """
 
 from __future__ import annotations
