@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import gzip
 import threading
-import time
 
 import pytest
 import requests
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
-from gpu_support import FakeClock, by_gpu, samples
+from gpu_support import FakeClock, by_gpu, samples, wait_until
 from inferwatch.exporters.gpu import simapi
 from inferwatch.exporters.gpu.collector import GpuCollector
 from inferwatch.exporters.gpu.exposition import Scrapes, YieldingView
@@ -194,7 +193,10 @@ def test_background_render_waits_for_a_scrape_in_flight_and_gives_the_same_bytes
     scrapes.begin()                                   # a scrape is being served
     pauser = threading.Thread(target=lambda: (scrapes.pause(), events.append("render resumed")))
     pauser.start()
-    time.sleep(0.05)                                  # let the render reach its pause (ordering aid only)
+    # The render must be waiting at its pause before the scrape ends, or the order below proves nothing (a
+    # fixed 50 ms did not guarantee it on a loaded machine): the condition's waiter is the render. Fault
+    # check: with pause() returning at once, this fails ("the render waiting at its pause").
+    wait_until(lambda: len(scrapes._cond._waiters) == 1, "the render waiting at its pause")
     events.append("scrape done")
     scrapes.end()
     pauser.join(timeout=30)

@@ -182,9 +182,11 @@ def test_full_disk_sends_each_message_once_with_one_log_line_and_not_ready(disk,
         disk.free(proc.pid)
         wait_for(lambda: requests.get(url + "/-/ready", timeout=10).status_code == 200, what="ready again")
         wait_for(lambda: metric(url, "inferwatch_notifier_unrecorded_outcomes") == 0, what="held outcomes written")
-        time.sleep(1.5)  # a pass or two of every channel: nothing pending is left to send
+        # Nothing is left pending to (re)send once the outbox is empty and nothing due: the state in which a
+        # second message would already have gone (in place of a fixed 1.5 s).
+        wait_for(lambda: metric(url, "inferwatch_notifier_outbox_depth") == 0
+                 and metric(url, "inferwatch_notifier_outbox_due") == 0, what="an empty outbox after the disk freed")
         assert [sent_per_alert(sims)[n] for n in names] == [1] * len(names)
-        assert metric(url, "inferwatch_notifier_outbox_depth") == 0
         log = stderr_path.read_text()
         assert len([ln for ln in log.splitlines() if "can be written again" in ln]) == 1, log
 

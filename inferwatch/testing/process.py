@@ -108,7 +108,7 @@ class ManagedProcess:
 
     def signal(self, sig: int) -> None:
         if self.running:
-            os.killpg(self.proc.pid, sig)
+            self._send(sig)
 
     def kill(self) -> None:
         """SIGKILL the whole process group (a crash: no clean-up runs) and reap it; start() runs it again."""
@@ -126,7 +126,7 @@ class ManagedProcess:
             return
         if self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                self._send(signal.SIGTERM)
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -140,6 +140,15 @@ class ManagedProcess:
             pass
         self._close_lifeline()
         log.info("%s stopped", self.name)
+
+    def _send(self, sig: int) -> None:
+        """`sig` to the process group; on a lifeline to the supervisor only, which forwards it (sent to the group
+        as well, the program would get it twice)."""
+        assert self.proc is not None
+        if self.lifeline:
+            os.kill(self.proc.pid, sig)
+        else:
+            os.killpg(self.proc.pid, sig)
 
     def _close_lifeline(self) -> None:
         if self._lifeline_w is not None:
