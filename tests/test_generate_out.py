@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import inferwatch.check  # noqa: F401 - imported before render_all is patched, so it keeps the real one
 from inferwatch import generate
 from inferwatch.cli import main
 
