@@ -14,6 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
+from inferwatch import safewrite
 from inferwatch.errors import UsageError
 from inferwatch.spec import DEFAULT_SPEC_PATH, Spec, load_spec
 from inferwatch.specload import SpecError
@@ -96,10 +97,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"all {len(files)} generated file(s) are up to date")
         return 0
-    for rel in stale_files(files, root):
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(files[rel], encoding="utf-8")
+    stale = stale_files(files, root)
+    safewrite.check_all(root, stale)  # refuse before writing anything (symbolic links leaving --out)
+    for rel in stale:
+        safewrite.write(root, rel, files[rel])
         log.info("wrote %s", rel)
     print(f"generated {len(files)} file(s) under {root.resolve()}")
     return 0

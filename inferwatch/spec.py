@@ -586,6 +586,13 @@ class NotifierSettings:
                                            doc="PagerDuty key file for notifier self-alerts (bypass the notifier)")
     fallback_pagerduty_url: str = field("https://events.pagerduty.com/v2/enqueue",
                                         doc="Events API v2 URL of the fallback receiver")
+    heartbeat_url: str = field("", doc="dead man's switch the always-firing InferwatchHeartbeat alert is sent to "
+                                       "every heartbeat_interval (a healthchecks-style URL that pages when the pings "
+                                       "stop); empty: the heartbeat goes nowhere (set it: nothing else proves the "
+                                       "alerting path alive)")
+    heartbeat_token_file: str = field("/etc/alertmanager/secrets/heartbeat-token",
+                                      doc="file Alertmanager reads the heartbeat receiver's bearer token from")
+    heartbeat_interval: Duration = field(_d("1m"), doc="how often Alertmanager sends the heartbeat")
     grouping: dict[str, "LayerGrouping"] = field(
         {"L1": LayerGrouping(["alertname", "node", "gpu"], _d("10s"), _d("1m"), _d("1h")),
          "L2": LayerGrouping(["alertname", "node", "triton", "model"], _d("30s"), _d("5m"), _d("4h")),

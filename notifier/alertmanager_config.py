@@ -43,6 +43,8 @@ from inferwatch.spec import LAYERS, Spec
 
 PATH = "deploy/alertmanager/alertmanager.yml"
 FALLBACK_RECEIVER = "notifier-fallback"
+HEARTBEAT_RECEIVER = "heartbeat"  # notifier.heartbeat_url, the dead man's switch (no integration when unset)
+HEARTBEAT_ALERT = "InferwatchHeartbeat"
 DEFAULT_RECEIVER = "notifier-default"
 # Labels that name which variant of an alert fired (the burn-rate window pair, a canary's signal), not the
 # object it is about: critical inhibits warning across them.
@@ -66,7 +68,15 @@ def config(spec: Spec, max_alerts: int | None = None) -> dict:
     if max_alerts is None:
         max_alerts = webhook_size.max_alerts(spec)
     s = spec.notifier
+    beat = str(s.heartbeat_interval)
     routes = [{
+        # First: the always-firing heartbeat goes to the dead man's switch only, every heartbeat_interval; the
+        # switch pages when it stops (Prometheus, the rules or Alertmanager down, or the path between them).
+        "receiver": HEARTBEAT_RECEIVER,
+        "matchers": [f'alertname="{HEARTBEAT_ALERT}"'],
+        "group_by": _in_cluster(spec, ["alertname"]),
+        "group_wait": "0s", "group_interval": beat, "repeat_interval": beat,
+    }, {
         "receiver": FALLBACK_RECEIVER,
         "matchers": ['component="notifier"'],
         "group_by": _in_cluster(spec, ["alertname"]),
@@ -88,6 +98,11 @@ def config(spec: Spec, max_alerts: int | None = None) -> dict:
         "severity": "critical",
         "client": "inferwatch alertmanager (notifier fallback)",
     }]})
+    heartbeat: dict = {"name": HEARTBEAT_RECEIVER}
+    if s.heartbeat_url:
+        heartbeat["webhook_configs"] = [{"url": s.heartbeat_url, "send_resolved": True, "http_config": {
+            "authorization": {"type": "Bearer", "credentials_file": s.heartbeat_token_file}}}]
+    receivers.append(heartbeat)
     inhibit = inhibit_rules(spec)
     return {
         "global": {"resolve_timeout": "5m"},

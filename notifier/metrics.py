@@ -22,9 +22,10 @@ from inferwatch.notifier.routing import UNROUTED_CHANNEL
 
 OUTCOMES = ("delivered", "retried", "dead_lettered", "superseded", "cancelled")
 # What POST /alerts answered. Everything but accepted/duplicate is a webhook Alertmanager will not retry
-# (4xx) or is retrying (unavailable = 503 while the outbox cannot be written).
+# (4xx) or is retrying (unavailable = 503 while the outbox cannot be written; aborted = the sender closed the
+# connection before its body was complete: no answer reached it, so Alertmanager retries).
 WEBHOOK_OUTCOMES = ("accepted", "duplicate", "stale", "unauthorized", "too_large", "malformed", "wrong_endpoint",
-                    "unavailable")
+                    "unavailable", "aborted")
 # Why the server closed a client connection itself (inferwatch/connections.py).
 CLOSE_REASONS = ("connection_cap", "header_timeout", "idle_timeout")
 # Seconds; a healthy provider answers in 0.1-1 s, a hung one hits the channel timeout (default 10 s).
@@ -54,7 +55,8 @@ class NotifierMetrics:
         self.webhooks = Counter("inferwatch_notifier_webhooks_total",
                                 "Webhooks POSTed to the notifier, by what it answered (accepted, duplicate, stale: "
                                 "a late copy of a resolved group, or why it refused: unauthorized, too_large, "
-                                "malformed, wrong_endpoint, unavailable).", ["outcome"], registry=self.registry)
+                                "malformed, wrong_endpoint, unavailable; aborted: the body never arrived whole).",
+                                ["outcome"], registry=self.registry)
         self.repairs = Counter("inferwatch_notifier_webhook_repairs_total",
                                "Changes intake made to keep an alert it could not keep as sent (value_cut, "
                                "entries_dropped, alerts_dropped, invalid_unicode).", ["kind"], registry=self.registry)

@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from aiohttp import web
+from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from inferwatch.connections import ACCEPT_BACKLOG, ConnectionGuard, Settings, connection_cap, raise_fd_limit
@@ -186,6 +186,12 @@ class NotifierService:
         refusals like any other: logged and counted."""
         try:
             return await handler(request)
+        except (ConnectionResetError, ClientPayloadError, HttpProcessingError) as exc:
+            # The sender closed the connection (or broke its framing) before its body was complete: Alertmanager
+            # does so when a replica stalls. One line per kind a minute, no traceback; nobody reads the answer.
+            self.refused(request, "aborted", f"{request.method} {request.path[:200]}: body not received whole "
+                         f"({type(exc).__name__})", key=type(exc).__name__)
+            return web.Response(status=400, text="request body incomplete\n")
         except web.HTTPException as exc:
             if exc.status in (404, 405):
                 self.refused(request, "wrong_endpoint", f"{exc.status} {request.method} {request.path[:200]} "

@@ -23,7 +23,9 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import importlib
+import inspect
 import logging
 import random
 import threading
@@ -56,6 +58,10 @@ SEND_TIME_EWMA = 0.2       # weight of the newest send in the running average of
 # A rate-limit answer without Retry-After pauses its channel this long (at most notifier.retry_max).
 DEFAULT_RATE_PAUSE_S = 60.0
 IDLE_POLL_S = 1.0          # re-check the outbox at least this often (rows may be added by `outbox retry`)
+# Enrichment (a route's `enrich` hook): at most this many hooks at once; after one ran out of time, pages go
+# without enrichment this long (its source is hung: waiting again per page would delay every page).
+ENRICH_WORKERS = 2
+ENRICH_PAUSE_S = 30.0
 FINISHED_MEMORY = 100_000  # outcomes of the most recent deliveries kept for watch() (a send may beat the watch)
 
 
@@ -92,7 +98,11 @@ class DeliveryWorker:
         self._wake = {name: threading.Event() for name in channels}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._enrich_pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="enrich")
+        self._enrich_pool = concurrent.futures.ThreadPoolExecutor(max_workers=ENRICH_WORKERS,
+                                                                  thread_name_prefix="enrich")
+        self._enrich_slots = threading.BoundedSemaphore(ENRICH_WORKERS)
+        self._enrich_paused_until = 0.0
+        self._enrich_log = ConditionLog(log)
         self._enrichers: dict[str, Callable] = {}
         self.recorder = OutcomeRecorder(outbox, metrics, on_written=self.wake)
         if getattr(metrics, "outbox_collector", None) is not None:
@@ -356,21 +366,53 @@ class DeliveryWorker:
 
     # --------------------------------------------------------------------------------- enrichment
     def _enrich(self, route: int, n: Notification) -> str:
-        """Text from the route's enrich hook (the top finding of `inferwatch triage` for the alert), or '' after its
-        timeout."""
+        """Text from the route's enrich hook (the top finding of `inferwatch triage` for the alert), or ''.
+
+        Bounds: one notification waits at most the route's `enrich_timeout` (a hook that takes a `deadline`
+        keyword gets it, time.monotonic() seconds, and stops its own work there); at most ENRICH_WORKERS hooks
+        run at once and a page never queues behind them (it goes without); after a hook ran out of time, pages
+        go without enrichment for ENRICH_PAUSE_S, so a batch of any size waits at most one enrich_timeout per
+        send slot, not one per page, while the hook's source is hung."""
         hook = self.routes_enrich.get(route)
         if not hook or n.status != "firing":
             return ""
         target, timeout = hook
+        if time.monotonic() < self._enrich_paused_until:
+            return ""
+        if not self._enrich_slots.acquire(blocking=False):
+            self._enrich_log.log(f"{target}:busy", logging.INFO, "enrichment %s: %d hooks still running; pages go "
+                                 "without it meanwhile", target, ENRICH_WORKERS)
+            return ""
+        deadline = time.monotonic() + timeout
         try:
             fn = self._enrichers.get(target)
             if fn is None:
                 module, func = target.split(":", 1)
-                fn = self._enrichers[target] = getattr(importlib.import_module(module), func)
-            future = self._enrich_pool.submit(fn, n)
-            return str(future.result(timeout=timeout) or "")[:1000]
+                fn = getattr(importlib.import_module(module), func)
+                try:
+                    takes_deadline = "deadline" in inspect.signature(fn).parameters
+                except (TypeError, ValueError):
+                    takes_deadline = False
+                fn = self._enrichers[target] = functools.partial(_with_deadline, fn) if takes_deadline else fn
+            future = self._enrich_pool.submit(fn, n, deadline) if isinstance(fn, functools.partial) \
+                else self._enrich_pool.submit(fn, n)
+        except Exception as exc:  # noqa: BLE001 - an unimportable hook: the page goes out without it
+            self._enrich_slots.release()
+            self._enrich_log.log(f"{target}:import", logging.WARNING, "enrichment %s failed: %s", target,
+                                 type(exc).__name__)
+            return ""
+        future.add_done_callback(lambda _f: self._enrich_slots.release())
+        try:
+            return str(future.result(timeout=max(deadline - time.monotonic(), 0.0)) or "")[:1000]
         except concurrent.futures.TimeoutError:
-            log.info("enrichment %s took longer than %.1fs; sent without it", target, timeout)
+            self._enrich_paused_until = time.monotonic() + ENRICH_PAUSE_S
+            self._enrich_log.log(f"{target}:timeout", logging.WARNING, "enrichment %s took longer than %.1fs; pages "
+                                 "go without it for %.0fs", target, timeout, ENRICH_PAUSE_S)
         except Exception as exc:  # noqa: BLE001 - the user's hook may raise anything; the page goes out without it
-            log.warning("enrichment %s failed: %s", target, type(exc).__name__)
+            self._enrich_log.log(f"{target}:error", logging.WARNING, "enrichment %s failed: %s", target,
+                                 type(exc).__name__)
         return ""
+
+
+def _with_deadline(fn: Callable, n: Notification, deadline: float):
+    return fn(n, deadline=deadline)

@@ -249,6 +249,8 @@ ALERTS: dict[str, AlertInfo] = {
         "L1", _C, "The notifier cannot write its outbox.", SCRAPE, extra=("component",)),
     "NotifierOutboxDamaged": _info(
         "L1", _C, "The notifier moved a damaged outbox aside.", SCRAPE, extra=("component",)),
+    "InferwatchHeartbeat": _info(
+        "L1", ("info",), "The alerting path is alive.", (), extra=("component",)),
     "NotifierWebhooksRefused": _info(
         "L1", _W, "The notifier refused webhooks.", ("node", "outcome"), extra=("component",)),
     "NotifierDown": _info("L1", _C, "The notifier cannot be scraped.", SCRAPE, ("job",), extra=("component",)),

@@ -81,6 +81,13 @@ def groups(spec: Spec) -> list[Group]:
               "{{ $value | humanizeDuration }} ago: notifications it had acknowledged in it were not delivered; "
               "read them from the moved-aside file.",
               labels=dict(LABELS)),
+        # Always firing: Alertmanager sends it to the dead man's switch (notifier.heartbeat_url) every
+        # heartbeat_interval; the switch pages when it stops arriving. Its own label keeps it off every other
+        # route.
+        Alert("InferwatchHeartbeat", "vector(1)", Duration(0), "info",
+              "Always firing: proves that Prometheus evaluates the rules and Alertmanager delivers their alerts. "
+              "It is sent to the dead man's switch only.",
+              labels={"component": "heartbeat"}),
         Alert("NotifierWebhooksRefused",
               f"sum by (node, outcome) "
               f"(increase({notifier('inferwatch_notifier_webhooks_total', REFUSED)}[{window}])) > 0",

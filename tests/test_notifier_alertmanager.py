@@ -47,6 +47,8 @@ def test_amtool_check_config_accepts_it():
     (["alertname=NotifierOutboxUnwritable", "layer=L1", "component=notifier"], "notifier-fallback"),
     (["alertname=NotifierWebhooksRefused", "layer=L1", "severity=warning", "component=notifier"], "notifier-fallback"),
     (["alertname=SomethingElse"], "notifier-default"),
+    # The heartbeat goes to the dead man's switch only, whatever other labels it carries.
+    (["alertname=InferwatchHeartbeat", "component=heartbeat", "layer=L1", "severity=info"], "heartbeat"),
 ])
 def test_amtool_routes_test(labels, receiver):
     r = amtool("config", "routes", "test", f"--config.file={COMMITTED}", f"--verify.receivers={receiver}", *labels)
@@ -149,3 +151,41 @@ def test_fallback_routing_key_file_and_url_come_from_the_spec():
     fallback = next(r for r in config(spec)["receivers"] if r["name"] == "notifier-fallback")["pagerduty_configs"][0]
     assert fallback["routing_key_file"] == "/run/secrets/pd-key"
     assert fallback["url"] == "https://events.eu.pagerduty.com/v2/enqueue"
+
+
+def test_real_alertmanager_sends_the_heartbeat_to_the_dead_mans_switch_only(alertmanager_factory, tmp_path):
+    """The always-firing InferwatchHeartbeat reaches the switch (notifier.heartbeat_url, with its bearer token
+    file) again every heartbeat_interval, and never the notifier."""
+    import http.server
+    import threading
+
+    pings: list[str] = []
+
+    class Switch(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            pings.append(self.headers.get("Authorization", ""))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    switch = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Switch)
+    threading.Thread(target=switch.serve_forever, daemon=True).start()
+    try:
+        with notifier_behind_alertmanager(tmp_path, {"L1": ["alertname"]}) as (sims, svc, data):
+            (tmp_path / "hb-token").write_text("hb-secret-token\n")
+            data["notifier"].update(heartbeat_url=f"http://127.0.0.1:{switch.server_address[1]}/ping",
+                                    heartbeat_token_file=str(tmp_path / "hb-token"), heartbeat_interval="2s")
+            config = tmp_path / "alertmanager.yml"
+            config.write_text(outputs(spec_from_dict(data))[PATH])
+            am = alertmanager_factory(config)
+            am.post_alerts([{"labels": {"alertname": "InferwatchHeartbeat", "component": "heartbeat", "layer": "L1",
+                                        "severity": "info"},
+                             "annotations": {"summary": "The alerting path is alive."}}])
+            wait_for(lambda: len(pings) >= 2, timeout=30, what="two heartbeat pings")
+            assert set(pings) == {"Bearer hb-secret-token"}
+            assert svc.accepted == 0  # the notifier never saw it
+    finally:
+        switch.shutdown()

@@ -119,7 +119,7 @@ class Proxy:
         try:
             target = canonical_target(request.target)
         except BadTarget as exc:
-            log.info("refused %s request: %s", request.method, exc)
+            self._refusals.log(f"target:{str(exc)[:40]}", logging.INFO, "refused %s request: %s", request.method, exc)
             _json_error(conn, 400, f"bad request target: {exc}")
             return None
         path = decoded_path(target)

@@ -19,13 +19,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from inferwatch.spec import Spec
 from inferwatch.triage.engine import triage_alert
 from inferwatch.triage.evidence import Runbook, load_runbooks
-from inferwatch.triage.sources import PrometheusSource
+from inferwatch.triage.sources import PrometheusSource, QueryResult
 from inferwatch.triage.times import starts_at
 
 __all__ = ["top_finding", "top_finding_for", "make_enricher", "DEFAULT_TIMEOUT_SECONDS"]
@@ -37,20 +38,44 @@ DEFAULT_TIMEOUT_SECONDS = 2.0
 MAX_ALERTS_TRIAGED = 3
 
 
+class _DeadlineSource(PrometheusSource):
+    """Prometheus queries that all end by `deadline` (time.monotonic() seconds): each HTTP call's timeout is
+    what is left (at most `timeout`), and none starts once it has passed (an error result instead)."""
+
+    def __init__(self, url: str, *, timeout: float, deadline: float | None):
+        super().__init__(url, timeout=timeout, retries=0)
+        self.deadline = deadline
+
+    def query(self, name: str, expr: str) -> QueryResult:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0.01:
+                return QueryResult(name, expr, error="enrichment deadline passed")
+            self.client._timeout = min(self.timeout, left)
+        return super().query(name, expr)
+
+    def close(self) -> None:
+        self.client._session.close()  # no connection left open once the finding is given (or given up)
+
+
 def top_finding_for(labels: Mapping[str, str], prometheus_url: str, runbooks: Mapping[str, Runbook],
                     timeout: float = DEFAULT_TIMEOUT_SECONDS, spec: Spec | None = None,
-                    fault_time: float | None = None) -> str | None:
+                    fault_time: float | None = None, deadline: float | None = None) -> str | None:
     """'likely cause: <cause> (<layer>): <summary>' for the alert with `labels`, 'no cause named: <why>' when
     a source the page reads stopped reporting, or None (no page, the alert's condition does not hold now, no
     finding). Thresholds come from `spec` (default: the built-in
     defaults); `fault_time` is the alert's startsAt in unix seconds. Each HTTP call is bounded by `timeout`
-    and never retried, so a dead Prometheus fails in milliseconds."""
+    and never retried, so a dead Prometheus fails in milliseconds; with `deadline` (time.monotonic() seconds)
+    all of them end by then, and the connections are closed on return."""
     name = labels.get("alertname", "")
     runbook = runbooks.get(name)
     if runbook is None:
         return None
-    source = PrometheusSource(prometheus_url, timeout=timeout, retries=0)
-    result = triage_alert(name, labels, runbook, source, runbook_url="", spec=spec, fault_time=fault_time)
+    source = _DeadlineSource(prometheus_url, timeout=timeout, deadline=deadline)
+    try:
+        result = triage_alert(name, labels, runbook, source, runbook_url="", spec=spec, fault_time=fault_time)
+    finally:
+        source.close()
     if result.top is None and result.stale_sources:
         # The on-call should know the evidence is missing because a source stopped, not that nothing matched.
         return "no cause named: " + "; ".join(st.reason for st in result.stale_sources)
@@ -104,15 +129,19 @@ def _configured() -> tuple[str, dict[str, Runbook], Spec]:
         return _state["url"], _state["runbooks"], _state["spec"]
 
 
-def top_finding(notification: Any) -> str:
+def top_finding(notification: Any, deadline: float | None = None) -> str:
     """Notifier hook: the top finding of the first firing alert of `notification` (its `.alerts`, each with
-    `.status` and `.labels`) that has a runbook page and a finding; '' when there is none."""
+    `.status` and `.labels`) that has a runbook page and a finding; '' when there is none. The notifier passes
+    `deadline` (time.monotonic() seconds, its route's enrich_timeout from now): every query of every alert
+    triaged ends by then."""
     url, runbooks, spec = _configured()
     candidates = [a for a in getattr(notification, "alerts", [])
                   if getattr(a, "status", "firing") == "firing" and a.labels.get("alertname") in runbooks]
     # A storm-coalesced notification may hold thousands of alerts; the first few are enough for one line.
     for alert in candidates[:MAX_ALERTS_TRIAGED]:
-        text = top_finding_for(alert.labels, url, runbooks, spec=spec,
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        text = top_finding_for(alert.labels, url, runbooks, spec=spec, deadline=deadline,
                                fault_time=starts_at(getattr(alert, "starts_at", None)))
         if text:
             return text
