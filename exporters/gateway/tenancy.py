@@ -1,6 +1,6 @@
 """Who a request is billed to: the tenant identity, from a source the spec trusts, never as sent.
 
-The trust model (README "Gateway: tenant identity"; spec `gateway`):
+The trust model (docs/trust-and-durability.md#gateway-tenant-identity-exportersgatewaytenancypy; spec `gateway`):
 - a request whose API key (`Authorization: Bearer <key>`) is listed in `gateway.tenant_api_keys` (a secret
   reference: lines `<key> <tenant>`) is billed to that key's tenant, whatever tenant header it sent;
 - otherwise the tenant header (`gateway.tenant_header`) is taken only from a peer address inside
