@@ -232,3 +232,32 @@ def test_which_metadata_crosses_the_listener(key, to_upstream, to_client):
 ])
 def test_method_label_is_bounded(method, label):
     assert method_label(method) == label
+
+
+def test_requests_open_at_once_under_one_id_are_billed_no_count():
+    m, metrics, usages, _ = meter()
+    for _ in range(3):
+        m.request(request("same"))
+    for _request in range(3):
+        for n in (1, 2, 3):
+            m.response(stream_response("same", count=n, final=n == 3))
+    assert [(u.output_tokens, u.unmetered, u.outcome) for u in usages] == [(None, "duplicate_id", "ok")] * 3
+    assert sample(metrics, "gateway_unmetered_responses_total", model="toy_llm", reason="duplicate_id") == 3
+    assert m.token_trailers() == []
+
+
+def test_an_id_reused_after_its_request_ended_is_a_new_request():
+    m, _, usages, _ = meter()
+    m.request(request("r"))
+    m.response(stream_response("r", count=2, final=True))
+    m.request(request("r"))
+    m.response(stream_response("r", count=5, final=True))
+    assert [(u.output_tokens, u.unmetered) for u in usages] == [(2, None), (5, None)]
+
+
+def test_a_message_dropped_for_its_size_makes_the_count_unknown():
+    m, _, usages, _ = meter()
+    m.request(request("r"))
+    m.end(grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert [(u.output_tokens, u.unmetered, u.code) for u in usages] == [(None, "too_large", 429)]
+    assert m.token_trailers() == []

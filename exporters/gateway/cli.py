@@ -152,6 +152,9 @@ def check_upstream(url: str) -> None:
 def check_grpc_upstream(address: str) -> None:
     """Raise UsageError unless `address` is `host:port` (a gRPC target: no scheme, no path)."""
     host, sep, port_text = address.rpartition(":")
+    if "@" in address:
+        raise UsageError("--grpc-upstream: expected HOST:PORT without user:password@ (a gRPC target carries no "
+                         "credentials; the value given is not shown)")
     if not sep or not host or "/" in address or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         raise UsageError("--grpc-upstream: expected HOST:PORT, such as 127.0.0.1:8001 or triton:8001 "
                          "(the value given is not shown: it may hold credentials)")

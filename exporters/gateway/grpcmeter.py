@@ -158,7 +158,7 @@ class CallMeter:
             if isinstance(value, str):
                 headers.setdefault(key, value)
         self.headers = headers
-        self.by_id: dict[str, _Request] = {}
+        self.by_id: dict[str, collections.deque[_Request]] = {}  # several only under a duplicated id
         self.anonymous: collections.deque[_Request] = collections.deque()
         self.usages: list[Usage] = []
         self.abandoned = False
@@ -167,7 +167,7 @@ class CallMeter:
         """Stop metering this call (`reason`: metrics.UNMETERED_REASONS): its open requests' counts become
         unknown, later messages are not read; `end` still finishes the open requests."""
         self.abandoned = True
-        for entry in list(self.by_id.values()) + list(self.anonymous):
+        for entry in self._open():
             if entry.meter.unmetered is None:
                 entry.meter.stop_metering(reason)
                 entry.meter.series.count_unmetered(reason)
@@ -191,21 +191,36 @@ class CallMeter:
         meter = RequestMeter(series, streamed=self.streamed, clock=self.clock,
                              started=self.clock() if now is None else now)
         entry = _Request(meter)
-        if message.id and message.id not in self.by_id:
-            self.by_id[message.id] = entry
-        else:
+        if not message.id:
             self.anonymous.append(entry)
+            return
+        same = self.by_id.setdefault(message.id, collections.deque())
+        same.append(entry)
+        if len(same) > 1:
+            # Responses name their request only by id: with two open under one id, no count can be given to
+            # either (a client reusing ids must not be billed one request's tokens for three).
+            for other in same:
+                if other.meter.unmetered is None:
+                    other.meter.stop_metering("duplicate_id")
+                    other.meter.series.count_unmetered("duplicate_id")
 
     def _entry(self, request_id: str) -> _Request | None:
         if request_id:
-            return self.by_id.get(request_id)
+            same = self.by_id.get(request_id)
+            return same[0] if same else None
         return self.anonymous[0] if self.anonymous else None
 
     def _pop(self, request_id: str, entry: _Request) -> None:
-        if request_id and self.by_id.get(request_id) is entry:
-            del self.by_id[request_id]
+        same = self.by_id.get(request_id) if request_id else None
+        if same and same[0] is entry:
+            same.popleft()
+            if not same:
+                del self.by_id[request_id]
         elif self.anonymous and self.anonymous[0] is entry:
             self.anonymous.popleft()
+
+    def _open(self) -> list[_Request]:
+        return [entry for same in self.by_id.values() for entry in same] + list(self.anonymous)
 
     def response(self, data: bytes, now: float | None = None) -> None:
         """An upstream message (ModelStreamInferResponse on a stream, ModelInferResponse on ModelInfer)."""
@@ -258,9 +273,13 @@ class CallMeter:
         outcome = _OUTCOME_OF.get(code, "error")
         status = HTTP_STATUS_OF.get(code, 500)
         now = self.clock() if now is None else now
-        for entry in list(self.by_id.values()) + list(self.anonymous):
+        for entry in self._open():
             if outcome == "error":
                 entry.meter.error_type = f"grpc_{code.name.lower()}"
+            if code == grpc.StatusCode.RESOURCE_EXHAUSTED and entry.meter.unmetered is None:
+                # A message above a size limit was dropped: what it carried is unknown, not 0.
+                entry.meter.stop_metering("too_large")
+                entry.meter.series.count_unmetered("too_large")
             self._finish(entry.meter, outcome, status, now)
         self.by_id.clear()
         self.anonymous.clear()

@@ -42,8 +42,10 @@ METHODS = ("usage", "count_field", "events", "none")
 #   encoding      – a Content-Encoding that cannot be decoded, or bytes that do not decode under it;
 #   too_large     – an answer (or one event) above gateway.max_answer_bytes;
 #   invalid_count – a count the upstream reported that is not one (counts.py); the stream is still read;
-#   meter_error   – an unexpected failure while metering (a bug, logged with its traceback once a minute).
-UNMETERED_REASONS = ("encoding", "too_large", "invalid_count", "meter_error")
+#   meter_error   – an unexpected failure while metering (a bug, logged with its traceback once a minute);
+#   duplicate_id  – a gRPC stream carried several requests open at once under one request id: which response
+#                   belongs to which request cannot be told, so none of them is billed a count.
+UNMETERED_REASONS = ("encoding", "too_large", "invalid_count", "meter_error", "duplicate_id")
 # The code label's values: the registered HTTP status codes and nginx's 499 (client closed request); any
 # other code, e.g. an upstream error object's "code": "rate_limit_exceeded", is "other".
 KNOWN_CODES = frozenset({str(int(s)) for s in http.HTTPStatus} | {"499"})
