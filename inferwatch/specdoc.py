@@ -27,6 +27,11 @@ spec and says what is wrong where.
 """
 
 
+def _is_section(tp) -> bool:
+    """A nested table of fields (Duration and Secret are dataclasses too, but values)."""
+    return dataclasses.is_dataclass(tp) and tp not in (Duration, Secret)
+
+
 def _type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -42,7 +47,7 @@ def _type_name(tp) -> str:
         return "duration"
     if tp is Secret:
         return "secret"
-    if dataclasses.is_dataclass(tp):
+    if _is_section(tp):
         return "section"
     return getattr(tp, "__name__", str(tp))
 
@@ -73,18 +78,26 @@ def _sections(cls, path: str, instance, out: list[tuple[str, type, object]]) -> 
         key = f.metadata.get("key", f.name)
         tp = hints[f.name]
         sub = f"{path}.{key}" if path else key
-        value = getattr(instance, f.name)
+        value = getattr(instance, f.name) if instance is not None else _factory_default(f)
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        if dataclasses.is_dataclass(tp):
+        if _is_section(tp):
             _sections(tp, sub, value, out)
-        elif typing.get_origin(tp) is dict and dataclasses.is_dataclass(typing.get_args(tp)[1]):
+        elif typing.get_origin(tp) is dict and _is_section(typing.get_args(tp)[1]):
             item = typing.get_args(tp)[1]
-            _sections(item, f"{sub}.<name>", item(), out) if _constructible(item) else None
-        elif typing.get_origin(tp) is list and dataclasses.is_dataclass(typing.get_args(tp)[0]):
+            _sections(item, f"{sub}.<name>", item() if _constructible(item) else None, out)
+        elif typing.get_origin(tp) is list and _is_section(typing.get_args(tp)[0]):
             item = typing.get_args(tp)[0]
-            _sections(item, f"{sub}[]", item(), out) if _constructible(item) else out.append((f"{sub}[]", item, None))
-        elif len(inner) == 1 and dataclasses.is_dataclass(inner[0]) and value is not None:
+            _sections(item, f"{sub}[]", item() if _constructible(item) else None, out)
+        elif len(inner) == 1 and _is_section(inner[0]) and value is not None:
             _sections(inner[0], sub, value, out)
+
+
+def _factory_default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
 
 
 def _constructible(cls) -> bool:
@@ -99,6 +112,18 @@ def _field_default(f: dataclasses.Field) -> str:
     if f.default_factory is not dataclasses.MISSING:
         return _default_text(f.default_factory())
     return "required"
+
+
+def _section_doc(tp) -> str:
+    """The first sentence of a section type's docstring (the meaning of a field that has no doc of its own),
+    with a pointer to its table."""
+    inner = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+    for candidate in [tp, *inner]:
+        if _is_section(candidate) and candidate.__doc__ and not candidate.__doc__.startswith(
+                candidate.__name__ + "("):
+            return candidate.__doc__.strip().split("\n\n")[0].replace("\n", " ").split(". ")[0].rstrip(".") + \
+                " (its table below)"
+    return ""
 
 
 def _escape(text: str) -> str:
@@ -124,7 +149,7 @@ def render() -> str:
             key = f.metadata.get("key", f.name)
             default = _default_text(getattr(instance, f.name)) if instance is not None else _field_default(f)
             lines.append(f"| `{key}` | {_escape(_type_name(hints[f.name]))} | {_escape(default)} | "
-                         f"{_escape(f.metadata.get('doc', ''))} |")
+                         f"{_escape(f.metadata.get('doc', '') or _section_doc(hints[f.name]))} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
