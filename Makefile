@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 ARGS ?=
 SEED ?=
 
-.PHONY: test test-fast test-loaded lint demo chaos install system-deps bench aiperf-venv litellm-venv generate check-generated clean
+.PHONY: test test-fast test-loaded test-lifetimes lint demo chaos install system-deps bench aiperf-venv litellm-venv generate check-generated clean
 
 install: $(STAMP)
 
@@ -40,6 +40,10 @@ test: install system-deps check-generated
 # The same suite with one core kept busy, as on a developer's machine doing other work: a CPU burner starts
 # first and stops on any exit of the recipe (trap), pass, failure or Ctrl-C; the burner also leaves by itself
 # when this shell dies (it spins on its parent pid). Prints the exit status and the wall time.
+# Every parent the product has SIGKILLed 20 times in a row, no child left (make test kills each 3 times).
+test-lifetimes: install
+	INFERWATCH_LIFETIME_RUNS=20 $(BIN)/pytest tests/test_process_lifetimes.py $(PYTEST_ARGS)
+
 test-loaded: install system-deps check-generated
 	@$(PYTHON) -c 'import itertools, os; p = os.getppid(); any(os.getppid() != p for _ in itertools.count())' & \
 	burner=$$!; \
