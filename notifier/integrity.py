@@ -186,7 +186,7 @@ def _inspect(db: Path, wal: Path | None) -> tuple[tuple[int, int], str | None]:
     SQLite's `mode=ro` still creates an empty `-wal` and a `-shm` in a writable directory, so: without a
     `-wal` the main file is opened `immutable=1` (nothing else to read, nothing created); with one, the main
     file and its `-wal` are copied to a temporary directory and the copy is read (the outbox is small: pruned
-    after the dedup window)."""
+    after the dedup window; read in place when the copy cannot be made)."""
     def read(conn: sqlite3.Connection) -> tuple[tuple[int, int], str | None]:
         try:
             rows = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
@@ -198,11 +198,16 @@ def _inspect(db: Path, wal: Path | None) -> tuple[tuple[int, int], str | None]:
 
     if wal is None:
         return read(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro&immutable=1", uri=True))
-    with tempfile.TemporaryDirectory(prefix="inferwatch-outbox-check-") as tmp:
-        copy = Path(tmp) / db.name
-        shutil.copyfile(db, copy)
-        shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
-        return read(sqlite3.connect(copy, timeout=30.0))
+    try:
+        with tempfile.TemporaryDirectory(prefix="inferwatch-outbox-check-") as tmp:
+            copy = Path(tmp) / db.name
+            shutil.copyfile(db, copy)
+            shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
+            return read(sqlite3.connect(copy, timeout=30.0))
+    except OSError:
+        # No room for the copy (a full temporary directory): read the files in place. With the -wal there
+        # this can only add a missing -shm, an index SQLite rebuilds, not the damage the message names.
+        return read(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0))
 
 
 def refusal(damage: Damage) -> OutboxDamaged:

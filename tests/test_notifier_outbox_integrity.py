@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import requests
@@ -193,6 +194,25 @@ def test_outbox_files_start_or_refuse(tmp_path, sims, acknowledged, name, stop, 
         assert got is not None and got > 0, samples
     else:
         assert got == lost, samples
+
+
+@pytest.mark.parametrize("files,says", [({}, None), ({"-wal": HALF}, "cut short"), ({".acked": GONE}, "no ledger")],
+                         ids=["whole", "-wal cut in half", "ledger gone"])
+def test_check_reads_in_place_when_no_temporary_copy_can_be_made(tmp_path, acknowledged, monkeypatch, files,
+                                                                  says):
+    """With a -wal the check reads a temporary copy; without room for one it reads the files in place and
+    reaches the same verdict."""
+    from inferwatch.notifier import integrity
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(acknowledged["kill"], data_dir)
+    _alter(data_dir, files)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
+    damage = integrity.check(data_dir / DB)
+    if says is None:
+        assert damage is None
+    else:
+        assert damage is not None and says in damage.what, damage
 
 
 @pytest.mark.parametrize("stop", ["kill", "clean"])
