@@ -148,7 +148,8 @@ def check(db: Path) -> Damage | None:
     try:
         acked = read_ledger(db)
     except LedgerUnreadable as exc:
-        return Damage(f"the outbox {db} cannot be trusted: {exc} (it records the acknowledged webhooks)", None)
+        return Damage(f"the outbox {db} cannot be checked: {exc}, so the acknowledged webhooks it should hold "
+                      "are unknown", None)
     wal_exists = wal.exists()
     if not db.exists():
         if acked and acked[0]:
