@@ -22,7 +22,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from inferwatch.errors import UsageError
 LEDGER_SUFFIX = ".acked"
 SIDE_FILES = ("-wal", "-shm", LEDGER_SUFFIX)  # moved aside with the database
 _LEDGER_WIDTH = 64
-_LEDGER = re.compile(rb"messages=(\d+) deliveries=(\d+)")
+_LEDGER = re.compile(rb"messages=(\d+) deliveries=(\d+) *\n")  # the whole fixed-width line, nothing else
 MOVE_FLAG = "--move-damaged-outbox"
 
 
@@ -52,24 +54,52 @@ def ledger_path(db: Path) -> Path:
     return db.with_name(db.name + LEDGER_SUFFIX)
 
 
+class LedgerUnreadable(OSError):
+    """The ledger file exists but cannot be read or is not one whole ledger line (cut, overwritten, random)."""
+
+
 def read_ledger(db: Path) -> tuple[int, int] | None:
-    """(messages, deliveries) the ledger beside `db` records as acknowledged; None without a readable one."""
+    """(messages, deliveries) the ledger beside `db` records as acknowledged; None when there is no ledger file.
+
+    Raises LedgerUnreadable when the file exists but cannot be read, or is not exactly one line as `Ledger`
+    writes it (64 bytes): a cut line could otherwise read as lower counts ("deliveries=2" of "=20") and hide a
+    loss.
+    """
+    path = ledger_path(db)
     try:
-        m = _LEDGER.match(ledger_path(db).read_bytes())
-    except OSError:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return None
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    except OSError as exc:
+        raise LedgerUnreadable(f"its ledger {path.name} cannot be read ({exc.strerror or exc})") from None
+    m = _LEDGER.fullmatch(data) if len(data) == _LEDGER_WIDTH else None
+    if m is None:
+        raise LedgerUnreadable(f"its ledger {path.name} is not a ledger line ({len(data)} bytes; cut short or "
+                               "overwritten)")
+    return int(m.group(1)), int(m.group(2))
 
 
 class Ledger:
     """The `<outbox>.acked` file of one outbox, kept open; `advance()` after each intake commit."""
 
     def __init__(self, db: Path):
+        """Open (or create) the ledger of `db`. The service creates it before the database, so an outbox
+        database without a ledger beside it is a copy that left the ledger behind (`check()`). Raises
+        LedgerUnreadable (an OSError) for a ledger that is present but unreadable."""
         self.path = ledger_path(db)
-        known = read_ledger(db) or (0, 0)
-        self.messages, self.deliveries = known
+        known = read_ledger(db)
+        self.messages, self.deliveries = known or (0, 0)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         self._write()
+        if known is None:
+            # Once, when created: a power loss must not leave an empty ledger (read as damage); the later
+            # rewrites of this one block need no fsync (see the module docstring).
+            os.fsync(self._fd)
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
 
     def advance(self, messages: int | None, deliveries: int | None) -> None:
         """Record the highest ids now committed (never lowers them: a row pruned later stays counted)."""
@@ -100,49 +130,85 @@ def highest_ids(db: sqlite3.Connection) -> tuple[int, int]:
 
 
 def check(db: Path) -> Damage | None:
-    """Is the outbox at `db` whole? None when it is (or when there is none and never was one).
+    """Is the outbox at `db` whole? None when it is, or when there is none and never was one (no database,
+    no `-wal`, no ledger, or a ledger that records nothing acknowledged).
 
-    Damage when: the database is missing while its ledger or `-wal` exists; it cannot be opened or read
-    (permissions, not a database); `PRAGMA quick_check` fails; it holds fewer messages or deliveries than the
-    ledger says were acknowledged (a missing, cut or stale `-wal`, or a truncated file).
+    Damage when: the database is missing while its ledger (recording acknowledged webhooks) or `-wal` exists;
+    the database exists without its ledger (the service writes the ledger before it creates the database, so
+    this is a copy or move that left it behind; lost: unknown); the ledger is unreadable or not a whole ledger
+    line (lost: unknown); the database cannot be opened or read (permissions, not a database); `PRAGMA
+    quick_check` fails; it holds fewer messages or deliveries than the ledger says were acknowledged (a
+    missing, cut or stale `-wal`, or a truncated file).
+
+    Read-only: the files are left exactly as found (no `-wal` or `-shm` created, no checkpoint), so a second
+    start reports the same damage and whoever restores or inspects the files sees what was there.
     """
     wal = db.with_name(db.name + "-wal")
-    acked = read_ledger(db)
+    ledger = ledger_path(db)
+    try:
+        acked = read_ledger(db)
+    except LedgerUnreadable as exc:
+        return Damage(f"the outbox {db} cannot be checked: {exc}, so the acknowledged webhooks it should hold "
+                      "are unknown", None)
+    wal_exists = wal.exists()
     if not db.exists():
         if acked and acked[0]:
-            return Damage(f"the outbox database {db} is missing while its ledger {ledger_path(db).name} records "
+            return Damage(f"the outbox database {db} is missing while its ledger {ledger.name} records "
                           f"{acked[0]} acknowledged webhook(s)", acked[0])
-        if wal.exists():
-            return Damage(f"the outbox database {db} is missing while its write-ahead log {wal.name} exists", None)
+        if wal_exists:
+            return Damage(f"the outbox database {db} is missing while its write-ahead log {wal.name} exists",
+                          acked[0] if acked else None)
         return None
-    lost_if_unreadable = acked[0] if acked else None
-    wal_exists = wal.exists()
+    if acked is None:
+        return Damage(f"the outbox {db} has no ledger {ledger.name} beside it, so the acknowledged webhooks it "
+                      "should hold are unknown (a copy or move of the database without it?)", None)
     if not os.access(db, os.R_OK | os.W_OK):
         return Damage(f"the outbox database {db} cannot be read and written by this user (uid {os.getuid()})",
-                      lost_if_unreadable)
+                      acked[0])
     try:
-        # Read-only: it neither checkpoints nor deletes the -wal on close, so what was found stays as it was
-        # for whoever restores or inspects it.
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
-    except sqlite3.Error as exc:
-        return Damage(f"the outbox database {db} cannot be opened ({exc})", lost_if_unreadable)
-    try:
-        rows = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
-        if rows != ["ok"]:
-            return Damage(f"the outbox database {db} fails SQLite's integrity check ({'; '.join(rows)[:200]})",
-                          lost_if_unreadable)
-        have = highest_ids(conn)
-    except sqlite3.Error as exc:
-        return Damage(f"the outbox database {db} cannot be read ({exc})", lost_if_unreadable)
-    finally:
-        conn.close()
-    if acked is None or (have[0] >= acked[0] and have[1] >= acked[1]):
+        have, problem = _inspect(db, wal if wal_exists else None)
+    except (sqlite3.Error, OSError) as exc:
+        return Damage(f"the outbox database {db} cannot be read ({exc})", acked[0])
+    if problem is not None:
+        return Damage(f"the outbox database {db} fails SQLite's integrity check ({problem[:200]})", acked[0])
+    if have[0] >= acked[0] and have[1] >= acked[1]:
         return None
     lost = max(acked[0] - have[0], 0)
     why = (f"its write-ahead log {wal.name} is missing (a copy or move of the main file alone?)" if not wal_exists
            else f"its write-ahead log {wal.name} or the database was cut short")
     return Damage(f"the outbox {db} lacks {lost} acknowledged webhook(s) and {max(acked[1] - have[1], 0)} "
                   f"delivery row(s) its ledger records: {why}", lost)
+
+
+def _inspect(db: Path, wal: Path | None) -> tuple[tuple[int, int], str | None]:
+    """((highest message id, highest delivery id), None or what `PRAGMA quick_check` reported) of the outbox,
+    without changing its files. Raises sqlite3.Error or OSError when it cannot be read.
+
+    SQLite's `mode=ro` still creates an empty `-wal` and a `-shm` in a writable directory, so: without a
+    `-wal` the main file is opened `immutable=1` (nothing else to read, nothing created); with one, the main
+    file and its `-wal` are copied to a temporary directory and the copy is read (the outbox is small: pruned
+    after the dedup window; read in place when the copy cannot be made)."""
+    def read(conn: sqlite3.Connection) -> tuple[tuple[int, int], str | None]:
+        try:
+            rows = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
+            if rows != ["ok"]:
+                return (0, 0), "; ".join(rows)
+            return highest_ids(conn), None
+        finally:
+            conn.close()
+
+    if wal is None:
+        return read(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro&immutable=1", uri=True))
+    try:
+        with tempfile.TemporaryDirectory(prefix="inferwatch-outbox-check-") as tmp:
+            copy = Path(tmp) / db.name
+            shutil.copyfile(db, copy)
+            shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
+            return read(sqlite3.connect(copy, timeout=30.0))
+    except OSError:
+        # No room for the copy (a full temporary directory): read the files in place. With the -wal there
+        # this can only add a missing -shm, an index SQLite rebuilds, not the damage the message names.
+        return read(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0))
 
 
 def refusal(damage: Damage) -> OutboxDamaged:

@@ -144,6 +144,8 @@ class Outbox:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.dedup_window_s = dedup_window_s
         self._local = threading.local()
+        # The ledger before the database: a database without one is then always a copy that left it behind.
+        self.ledger = integrity.Ledger(self.path) if ledger else None
         self._db().executescript(SCHEMA)  # idempotent; executescript manages its own transaction
         # Columns an outbox written by an older version lacks.
         self._add_column("deliveries", "requeued_at", "REAL")
@@ -154,7 +156,6 @@ class Outbox:
         self.write_errors: Counter = Counter({op: 0 for op in WRITE_OPERATIONS})
         self._state_lock = threading.Lock()
         self._on_writable: list[Callable[[], None]] = []
-        self.ledger = integrity.Ledger(self.path) if ledger else None
         if self.ledger is not None:
             self.ledger.advance(*integrity.highest_ids(self._db()))
 

@@ -11,11 +11,13 @@ control rows) starts and delivers all N.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import requests
@@ -64,26 +66,6 @@ def _delete_wal(d):
     (d / (DB + "-wal")).unlink()
 
 
-def _halve_wal(d):
-    wal = d / (DB + "-wal")
-    os.truncate(wal, wal.stat().st_size // 2)
-
-
-def _truncate_db(d):
-    os.truncate(d / DB, 0)
-
-
-def _copy_main_only(d):
-    # A backup or volume move that takes the main file alone: the -wal and -shm stay behind.
-    for suffix in ("-wal", "-shm"):
-        (d / (DB + suffix)).unlink(missing_ok=True)
-
-
-def _delete_db(d):
-    for suffix in ("", "-wal", "-shm"):
-        (d / (DB + suffix)).unlink(missing_ok=True)
-
-
 def _random_bytes(d):
     path = d / DB
     with open(path, "r+b") as f:
@@ -91,16 +73,66 @@ def _random_bytes(d):
         f.write(os.urandom(min(8192, path.stat().st_size - 1024)))
 
 
-DAMAGE = [
-    # (name, how the notifier stopped, the damage, what the refusal line must say)
-    ("wal deleted after SIGKILL", "kill", _delete_wal, rf"lacks {N} acknowledged webhook\(s\).*-wal is missing"),
-    ("main file copied alone", "kill", _copy_main_only, rf"lacks {N} acknowledged webhook\(s\).*-wal is missing"),
-    ("wal cut in half", "kill", _halve_wal, r"lacks [1-9]\d* acknowledged webhook\(s\).*-wal or the database was "
-                                            r"cut short"),
-    ("main file truncated", "kill", _truncate_db, rf"lacks {N} acknowledged webhook\(s\)"),
-    ("outbox deleted", "kill", _delete_db, rf"is missing while its ledger outbox.sqlite3.acked records {N}"),
-    ("random bytes after a clean stop", "clean", _random_bytes, r"integrity check|cannot be read"),
+# What happens to each outbox file: kept as the notifier left it, deleted (a backup or move that did not take
+# it), cut to half its size, emptied, or replaced by 64 random bytes (a ledger's size).
+KEEP, GONE, HALF, EMPTY, RANDOM = "keep", "gone", "half", "empty", "random"
+FILES = ("", "-wal", "-shm", ".acked")  # suffixes of outbox.sqlite3
+
+
+def _alter(d, files: dict) -> None:
+    """Apply `files` ({suffix: what happens}; unnamed files are kept) to the outbox in `d`."""
+    for suffix, what in files.items():
+        path = d / (DB + suffix)
+        if what == GONE:
+            path.unlink(missing_ok=True)
+        elif what == HALF:
+            os.truncate(path, path.stat().st_size // 2)
+        elif what == EMPTY:
+            os.truncate(path, 0)
+        elif what == RANDOM:
+            path.write_bytes(os.urandom(64))
+        elif what == "bytes inside":
+            _random_bytes(d)
+
+
+SOME = "some"  # a count above 0 whose exact value depends on where the cut fell
+NO_LEDGER = r"has no ledger outbox.sqlite3.acked beside it"
+BAD_LEDGER = r"ledger outbox.sqlite3.acked is not a ledger line"
+NO_WAL = rf"lacks {N} acknowledged webhook\(s\).*-wal is missing"
+STATES = [
+    # (name, how the notifier stopped, what happened to its files, None (it starts: a fresh or whole outbox, no
+    #  acknowledged row lost) or what the refusal line says, inferwatch_notifier_outbox_lost_webhooks after
+    #  --move-damaged-outbox: a count, SOME, or None for no sample (unknown))
+    ("whole after SIGKILL", "kill", {}, None, None),
+    ("-shm gone after SIGKILL", "kill", {"-shm": GONE}, None, None),  # a cache SQLite rebuilds from the -wal
+    ("whole after a clean stop", "clean", {}, None, None),
+    ("fresh data dir", "clean", {"": GONE, "-wal": GONE, "-shm": GONE, ".acked": GONE}, None, None),
+    ("-wal gone", "kill", {"-wal": GONE}, NO_WAL, N),
+    ("main file and ledger, no -wal or -shm", "kill", {"-wal": GONE, "-shm": GONE}, NO_WAL, N),
+    ("main file alone after SIGKILL", "kill", {"-wal": GONE, "-shm": GONE, ".acked": GONE}, NO_LEDGER, None),
+    ("main file and -shm after SIGKILL", "kill", {"-wal": GONE, ".acked": GONE}, NO_LEDGER, None),
+    ("ledger gone after SIGKILL", "kill", {".acked": GONE}, NO_LEDGER, None),
+    ("main file alone after a clean stop", "clean", {".acked": GONE}, NO_LEDGER, None),
+    ("random ledger, main file alone", "kill", {"-wal": GONE, "-shm": GONE, ".acked": RANDOM}, BAD_LEDGER, None),
+    ("random ledger after SIGKILL", "kill", {".acked": RANDOM}, BAD_LEDGER, None),
+    ("random ledger after a clean stop", "clean", {".acked": RANDOM}, BAD_LEDGER, None),
+    ("ledger cut in half", "kill", {".acked": HALF}, BAD_LEDGER, None),
+    ("ledger emptied", "kill", {".acked": EMPTY}, BAD_LEDGER, None),
+    ("-wal cut in half", "kill", {"-wal": HALF}, r"lacks [1-9]\d* acknowledged webhook\(s\).*-wal or the database "
+                                                 r"was cut short", SOME),
+    ("main file emptied", "kill", {"": EMPTY}, rf"lacks {N} acknowledged webhook\(s\)", N),
+    ("main file gone after SIGKILL", "kill", {"": GONE}, rf"is missing while its ledger outbox.sqlite3.acked "
+                                                         rf"records {N}", N),
+    ("ledger alone after SIGKILL", "kill", {"": GONE, "-wal": GONE, "-shm": GONE}, rf"records {N} acknowledged", N),
+    ("ledger alone after a clean stop", "clean", {"": GONE, "-wal": GONE, "-shm": GONE}, rf"records {N} acknowledged",
+     N),
+    ("-wal alone", "kill", {"": GONE, ".acked": GONE}, r"missing while its write-ahead log outbox.sqlite3-wal", None),
+    ("random bytes inside after a clean stop", "clean", {"": "bytes inside"}, r"integrity check|cannot be read", N),
 ]
+
+
+def _files(d) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
 
 
 def _start(spec_file, data_dir, *args):
@@ -121,18 +153,66 @@ def acknowledged(tmp_path_factory, sims):
     return out
 
 
-@pytest.mark.parametrize("name,stop,damage,says", DAMAGE, ids=[d[0] for d in DAMAGE])
-def test_damaged_outbox_refuses_to_start_with_one_line(tmp_path, sims, acknowledged, name, stop, damage, says):
+def _lost_samples(url) -> dict:
+    return {line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
+            for line in requests.get(url + "/metrics", timeout=10).text.splitlines()
+            if line.startswith(("inferwatch_notifier_outbox_lost_webhooks ",
+                                "inferwatch_notifier_outbox_damaged_timestamp_seconds "))}
+
+
+@pytest.mark.parametrize("name,stop,files,says,lost", STATES, ids=[s[0] for s in STATES])
+def test_outbox_files_start_or_refuse(tmp_path, sims, acknowledged, name, stop, files, says, lost):
+    """Each combination of outbox files a SIGKILL or clean stop, a partial backup or a bad disk leaves: a whole
+    or fresh outbox starts with no loss recorded; any other refuses with one line, twice the same (the check
+    changes no file), and with --move-damaged-outbox starts empty exposing the loss (no sample: unknown)."""
     data_dir = tmp_path / "data"
     shutil.copytree(acknowledged[stop], data_dir)
-    damage(data_dir)
-    r = _start(_spec_file(tmp_path, sims), data_dir)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    _alter(data_dir, files)
+    spec_file = _spec_file(tmp_path, sims)
+    if says is None:
+        with notifier_process(spec_file, data_dir, tmp_path / "start.log") as (_proc, url):
+            assert requests.get(url + "/-/ready", timeout=10).status_code == 200
+            assert _lost_samples(url) == {}  # nothing lost: no sample (not 0, which would claim a count)
+        return
+    before = _files(data_dir)
+    lines = []
+    for _ in range(2):
+        r = _start(spec_file, data_dir)
+        assert r.returncode == 2, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+        lines.append(r.stderr.strip())
+    assert lines[0] == lines[1]
+    assert _files(data_dir) == before  # read-only: no -wal or -shm created, nothing checkpointed
     assert lines[0].startswith("inferwatch: error: "), lines
     assert re.search(says, lines[0]), lines[0]
     assert "--move-damaged-outbox" in lines[0] and "restore" in lines[0]
+    with notifier_process(spec_file, data_dir, tmp_path / "moved.log", args=("--move-damaged-outbox",)) as (_p, url):
+        samples = _lost_samples(url)
+    assert samples.get("inferwatch_notifier_outbox_damaged_timestamp_seconds", 0) > 0, samples
+    got = samples.get("inferwatch_notifier_outbox_lost_webhooks")
+    if lost == SOME:
+        assert got is not None and got > 0, samples
+    else:
+        assert got == lost, samples
+
+
+@pytest.mark.parametrize("files,says", [({}, None), ({"-wal": HALF}, "cut short"), ({".acked": GONE}, "no ledger")],
+                         ids=["whole", "-wal cut in half", "ledger gone"])
+def test_check_reads_in_place_when_no_temporary_copy_can_be_made(tmp_path, acknowledged, monkeypatch, files,
+                                                                  says):
+    """With a -wal the check reads a temporary copy; without room for one it reads the files in place and
+    reaches the same verdict."""
+    from inferwatch.notifier import integrity
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(acknowledged["kill"], data_dir)
+    _alter(data_dir, files)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
+    damage = integrity.check(data_dir / DB)
+    if says is None:
+        assert damage is None
+    else:
+        assert damage is not None and says in damage.what, damage
 
 
 @pytest.mark.parametrize("stop", ["kill", "clean"])
