@@ -43,6 +43,10 @@ ENDINGS = {
     "no-finish-own-write-end-50ms": [_USAGE, DONE, ("sleep", 0.05)],
     "no-finish-own-write-kept-open": [_USAGE, DONE, ("sleep", 5.0)],
     "no-finish-split-across-writes": [_USAGE, DONE[:9], ("sleep", 0.001), DONE[9:], ("sleep", 0.001)],
+    # What the client takes for the end marker (`startswith("[DONE]")`), with what some servers add after it.
+    "no-finish-done-trailing-space": [_USAGE, b"data: [DONE] \n\n"],
+    "no-finish-done-trailing-space-kept-open": [_USAGE, b"data: [DONE] \n\n", ("sleep", 5.0)],
+    "no-finish-done-crlf-kept-open": [_USAGE, b"data: [DONE]\r\n\r\n", ("sleep", 5.0)],
 }
 TENANTS = {row: f"se{i}" for i, row in enumerate(ENDINGS)}
 
