@@ -277,7 +277,9 @@ class OpenAIEvents(Reader):
         self._final_usage = False  # a usage object arrived once every choice had finished
 
     def event(self, data: bytes, now: float) -> None:
-        if data == b"[DONE]":
+        if data[:6] == b"[DONE]":
+            # The end marker as the official client reads it (openai-python _streaming.py:
+            # `sse.data.startswith("[DONE]")`): what ends the client's stream ends the answer.
             self.complete = True
             return
         if type(data) is ErrorEvent:
