@@ -1,5 +1,5 @@
-"""Where a stream's end marker falls, against the official `openai` client: 500 complete streams per timing,
-every one metered `ok` with the server's counts.
+"""Where a stream's end marker falls, against the official `openai` client: 100 complete streams per timing
+(500 with INFERWATCH_STREAM_END_STREAMS=500), every one metered `ok` with the server's counts.
 
 The client stops at `data: [DONE]` and closes its connection (before the body's end when the body has not
 ended yet), so each timing of the upstream's last writes is a different race between the client's hang-up
@@ -10,6 +10,7 @@ client leave first). A stream whose end reached the client is complete, whatever
 from __future__ import annotations
 
 import concurrent.futures
+import os
 
 import pytest
 
@@ -18,7 +19,9 @@ from gateway_support import GatewayProcess, Script, ScriptedUpstream, wait_until
 
 openai = pytest.importorskip("openai")
 
-STREAMS = 500
+# 100 streams per timing in `make test` (the suite's time); INFERWATCH_STREAM_END_STREAMS=500 for the issue's
+# figure. A race that hits 1 % of streams shows in 100 with probability 63 % per row, over 20 rows near 100 %.
+STREAMS = int(os.environ.get("INFERWATCH_STREAM_END_STREAMS", "100"))
 PROMPT, COMPLETION = 5, 12
 _TOKENS = [chat({"role": "assistant", "content": ""})] + [chat({"content": f" w{i}"}) for i in range(COMPLETION)]
 _FINISH, _USAGE = chat({}, finish="stop"), chat_usage(PROMPT, COMPLETION)
