@@ -114,8 +114,9 @@ USER_SELECTORS = {"selectors": {"triton": 'namespace="triton", service="web-chat
     # valid: a selector label with its value on the layer reading that source
     ({"match": {"layer": "L2", "namespace": "triton"}}, True, []),
     ({"match": {"layer": "L1", "service": "nvidia-dcgm-exporter"}}, True, []),
-    # a pod's namespace on a GPU alert takes any value
-    ({"match": {"layer": "L1", "namespace": "prod"}}, True, []),
+    # a GPU alert is one physical GPU: the pods on it are named in its description, never labels (a rescheduled
+    # pod must not open a second incident), so no L1 route can match a pod's namespace (docs/alerts.md)
+    ({"match": {"layer": "L1", "namespace": "prod"}}, False, ["no alert with layer=L1 carries namespace=prod"]),
     # the cluster label, on every alert
     ({"match": {"layer": "L3", "cluster": "prod-a"}}, True, []),
     # a tenant typo is still named as such
