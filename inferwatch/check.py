@@ -94,14 +94,16 @@ def run(args: argparse.Namespace) -> int:
           f"{len(spec.routes)} route(s))")
     for finding in found:
         print(f"warning: {finding}", file=sys.stderr)
+    if getattr(args, "prometheus", None):
+        # The live check answers another question (does the spec fit this Prometheus): its problem lines alone,
+        # not below the route table.
+        return _live(spec, args.prometheus, args.alertmanager)
+    if getattr(args, "alertmanager", None):
+        raise UsageError("--alertmanager needs --prometheus (the check reads where Prometheus sends alerts)")
     from inferwatch.notifier.routetable import effective_table, render
 
     print("\nWhere each alert goes (Alertmanager's tree, then the notifier's routes):")
     print(render(effective_table(spec)))
-    if getattr(args, "prometheus", None):
-        return _live(spec, args.prometheus, args.alertmanager)
-    if getattr(args, "alertmanager", None):
-        raise UsageError("--alertmanager needs --prometheus (the check reads where Prometheus sends alerts)")
     return 0
 
 
