@@ -26,6 +26,7 @@ Every recording carries `backend` (`tensorrt_llm` | `vllm`). Impossible readings
 from __future__ import annotations
 
 from inferwatch.rules.builders import MODEL_VERSION, by, num, ratio
+from inferwatch.rules import identity
 from inferwatch.rules.gpu import MEMORY_RATIO
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector
@@ -94,8 +95,10 @@ def recording_rules(sel: Selector, window: str, horizon_s: int, lookback: str) -
         Recording(KV_PREDICTED, f"predict_linear({KV_USED}[{lookback}], {horizon_s})"),
         # Only the GPUs of nodes that run an engine: the framebuffer of an engine node fills with KV cache
         # and activations, elsewhere the GPU alerts speak for it.
-        Recording(GPU_MEMORY_PREDICTED, f"predict_linear({MEMORY_RATIO}[{lookback}], {horizon_s})\n"
-                                        f"and on (node)\ngroup by (node) ({KV_USED})"),
+        # Per MIG instance (per GPU without MIG), as the framebuffer is: pods are no part of a GPU's identity.
+        Recording(GPU_MEMORY_PREDICTED,
+                  identity.per_instance(f"predict_linear({MEMORY_RATIO}[{lookback}], {horizon_s})")
+                  + f"\nand on (node)\ngroup by (node) ({KV_USED})"),
     ]
 
 

@@ -221,7 +221,7 @@ ALERTS: dict[str, AlertInfo] = {
     "EngineKvCacheFillPredicted": _info("L2", _W, "An LLM engine's KV cache is predicted to fill soon.",
                                         MODEL_VERSION, extra=("backend",)),
     "EngineGpuMemoryFillPredicted": _info("L2", _W, "The GPU memory of an LLM engine node is predicted to fill soon.",
-                                          SCRAPE + DCGM + MIG, SCRAPE + DEVICE),
+                                          GPU_INSTANCE, SCRAPE + DEVICE),
     # L3 ---------------------------------------------------------------------------------------------------
     # per tenant for tiers with per_tenant_quantiles, else per model and tier (no tenant label)
     "LlmTtftP95High": _info("L3", _W, "Time to first token P95 is above the tier's target.", TENANT_MODEL_TIER,

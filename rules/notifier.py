@@ -85,8 +85,8 @@ def groups(spec: Spec) -> list[Group]:
         # heartbeat_interval; the switch pages when it stops arriving. Its own label keeps it off every other
         # route.
         Alert("InferwatchHeartbeat", "vector(1)", Duration(0), "info",
-              "Always firing: proves that Prometheus evaluates the rules and Alertmanager delivers their alerts. "
-              "It is sent to the dead man's switch only.",
+              "Always firing (value {{ $value }}): proves that Prometheus evaluates the rules and Alertmanager "
+              "delivers their alerts. It is sent to the dead man's switch only.",
               labels={"component": "heartbeat"}),
         Alert("NotifierWebhooksRefused",
               f"sum by (node, outcome) "

@@ -33,10 +33,15 @@ SOURCES = {
     "alertmanager": (None, ("alertmanager_", "process_")),
 }
 BUILTIN = {"up", "ALERTS"}  # ALERTS: the series Prometheus writes for its own alerting rules
+# Prometheus' own metrics a rule reads (the generated groups' evaluation failures, rules/rulehealth.py): every
+# Prometheus exposes them on its /metrics (Prometheus 2.x rules/manager.go), no exporter of ours does.
+BUILTIN |= {"prometheus_rule_evaluation_failures_total"}
 # Series only dcgm-exporter exposes (the GPU rules read them where it is the GPU source; see rules/gpu.py and the
 # dcgm-exporter cases of tests/test_rules_selectors.py): its exporter-owned XID count per code over a window,
 # a row of its field list (DCGM_EXP_XID_ERRORS_COUNT, dcgm-exporter internal/pkg/counters/const.go).
-DCGM_EXPORTER_ONLY = {"DCGM_EXP_XID_ERRORS_COUNT"}
+# DCGM_FI_PROF_GR_ENGINE_ACTIVE: the profiling field the utilization falls back to on MIG instances (rules/identity.py),
+# written by dcgm-exporter with profiling metrics on; inferwatch's exporter has no MIG instances to write it for.
+DCGM_EXPORTER_ONLY = {"DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}
 # Series only an LLM engine backend writes on Triton's :8002 (TensorRT-LLM's nv_trt_llm_*; vLLM's vllm:* have a
 # colon and are left out above): the CPU Triton here has neither backend, so the families come from the
 # fixtures written from the backends' sources (tests/fixtures/engine/, checked in tests/test_engine_metrics.py).
