@@ -59,16 +59,25 @@ def groups(spec: Spec) -> list[Group]:
     am, prometheus, federated = (spec.selectors.of(s) for s in ("alertmanager", "prometheus", "prometheus_alerts"))
     notifier_sel = spec.selectors.of("notifier")
     am_up = am("up")
+    unscraped = am_up.replace("{{", '{{ "{{" }}')
     alerts = [
         Alert("AlertmanagerClusterDegraded",
               f'(count by () ({am_up} == 1) or group by () ({am_up}) * 0) < {peers}\n'
-              f'or\n{am("alertmanager_cluster_members")} < {peers}\n'
+              # A peer down also leaves each survivor seeing one member fewer: that is the same incident, so a
+              # peer has not joined only when it sees fewer members than peers answer (at most `peers`).
+              f'or\n({am("alertmanager_cluster_members")} < {peers}\n'
+              f'and\n{am("alertmanager_cluster_members")} < on () group_left () count by () ({am_up} == 1))\n'
               f"or\n({absent_targets(am, spec.cluster)}) * 0",
               h.members_for, "warning",
               f"{{{{ with $labels.instance }}}}The Alertmanager at {{{{ . }}}} sees {{{{ $value }}}} of the {peers} "
               f"cluster members configured: it has not joined its peers, so both sides send (duplicates)."
-              f"{{{{ else }}}}Only {{{{ $value }}}} of the {peers} Alertmanager peers answer: one more failure and "
-              f"notifications wait for the last ones (or stop).{{{{ end }}}}",
+              # Only the absent branch carries `job` without `instance`: no target at all is not a degraded
+              # cluster but an unwatched one, and says so.
+              f"{{{{ else }}}}{{{{ if $labels.job }}}}Alertmanager peers are not scraped: selector {unscraped} "
+              f"matches no target, so nothing here watches the Alertmanager cluster (check the scrape "
+              f"configuration before the peers).{{{{ else }}}}Only {{{{ $value }}}} of the {peers} Alertmanager "
+              f"peers answer: one more failure and notifications wait for the last ones (or stop)."
+              f"{{{{ end }}}}{{{{ end }}}}",
               labels=dict(LABELS)),
         Alert("PrometheusReplicasDisagree",
               f"count by (disagreeing_alert) (\n"

@@ -189,7 +189,8 @@ ALERTS: dict[str, AlertInfo] = {
     "GpuExporterDown": _info("L1", _C, "The GPU exporter cannot be scraped, GPU alerts are blind.", SCRAPE, ("job",)),
     # L2 ---------------------------------------------------------------------------------------------------
     # `pod`: the replica behind a Service, where the collector labels it (rules/identity.py).
-    "TritonServerDown": _info("L2", _C, "A Triton server does not answer.", SCRAPE + ("triton", "pod"), ("job",)),
+    # One alert per replica whichever source sees it (Triton's scrape, the collector): reduced to these labels.
+    "TritonServerDown": _info("L2", _C, "A Triton server does not answer.", ("node", "triton", "pod", "job"), ()),
     "TritonServerNotReady": _info("L2", _C, "A Triton server is live but not ready.", SCRAPE + ("triton", "pod"),
                                   SCRAPE + ("triton",)),
     "TritonModelNotReady": _info("L2", _C, "A model version is not READY on a Triton server.",

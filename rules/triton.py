@@ -301,11 +301,32 @@ def not_loaded(spec: Spec, src: Sources) -> list[Alert]:
                   "{{ end }}{{ end }}")]
 
 
+def server_down(src: Sources) -> str:
+    """One series per Triton replica that does not answer, whichever source sees it: labels `node`, `triton`,
+    `pod` (identity.TRITON; the cluster's added by generate), value 0. The Triton scrape's `up` (job/instance
+    of Triton's metrics port) and the collector's `inferwatch_triton_up`/`inferwatch_triton_server_live` (job/
+    instance of the collector; `node` only where the collector's scrape relabels it) name one replica with
+    different label sets, so a plain `or` keeps both: one dead Triton, two alerts. Each side is reduced to
+    the replica, matched on `triton, pod`, the scrape first; the collector's verdict takes `node` from the
+    replica's own `up` series where it has one (one per replica: `topk`, so a pod moving nodes within the
+    staleness window is not a duplicate match), else the collector's own `node` (absent if none)."""
+    ident = by(identity.TRITON)
+    server = by(identity.TRITON_SERVER)
+    collector_down = (f"{src.collector('inferwatch_triton_up')} == 0\n"
+                      f"or\n{src.collector('inferwatch_triton_server_live')} == 0")
+    return (f"max by ({ident}) ({src.triton('up')} == 0)\n"
+            f"or on ({server})\n"
+            f"(\n  max by ({server}) (\n{indent(collector_down, 4)}\n  )\n"
+            f"  * on ({server}) group_left (node)\n"
+            f"  topk by ({server}) (1, group by ({ident}) ({src.triton('up')}))\n)\n"
+            f"or on ({server})\n"
+            f"max by ({ident}) (\n{indent(collector_down)}\n)")
+
+
 def groups(spec: Spec) -> list[Group]:
     l2 = spec.layers.L2
     src = Sources.of(spec)
     window = str(spec.prometheus.rate_window)
-    up = src.triton("up")
     cluster, cluster_arg = _in_cluster(spec)
     # `pod=%q`: the replica the alert is about; "" (absent) outside Kubernetes matches series without it.
     state = _template_query(src.collector, "inferwatch_triton_model_state", cluster, "triton=%q", "pod=%q", "model=%q",
@@ -319,8 +340,7 @@ def groups(spec: Spec) -> list[Group]:
                f'{{{{ $s.Labels.reason }}}} {{{{ $s.Value | printf "%.3g" }}}}/s{{{{ end }}}}')
     alerts = [
         Alert("TritonServerDown",
-              f"{up} == 0\nor\n{src.collector('inferwatch_triton_up')} == 0\n"
-              f"or\n{src.collector('inferwatch_triton_server_live')} == 0"
+              server_down(src)
               + (f"\nor\n{absent_targets(src.triton, spec.cluster)}" if spec.targets.triton else ""),
               l2.exporter_down_for, "critical",
               "Triton {{ with $labels.triton }}{{ . }}{{ else }}(every target of "

@@ -45,7 +45,23 @@ def test_three_peer_cluster_alerts(tmp_path):
                         "last ones (or stop)."),
                  _alert("The Alertmanager at am-1:9093 sees 1 of the 3 cluster members configured: it has not joined "
                         "its peers, so both sides send (duplicates).",
-                        job="inferwatch-alertmanager", instance="am-1:9093", node="am-1")]}]}]}
+                        job="inferwatch-alertmanager", instance="am-1:9093", node="am-1")]}]},
+        {"name": "a peer down while its survivors see each other: one alert, not one per survivor",
+         "interval": "10s",
+         "input_series": [*_peer(0, "1x30", "3x3 2x26"), *_peer(1, "1x30", "3x3 2x26"),
+                          *_peer(2, "1 1 1 0x27", "3x30")],
+         "alert_rule_test": [
+             {"eval_time": "90s", "alertname": "AlertmanagerClusterDegraded", "exp_alerts": [
+                 _alert("Only 2 of the 3 Alertmanager peers answer: one more failure and notifications wait for the "
+                        "last ones (or stop).")]}]},
+        {"name": "no Alertmanager scraped at all: said so, not a degraded cluster",
+         "interval": "10s",
+         "input_series": [{"series": 'up{job="inferwatch-gpu",instance="g:9400",node="n"}', "values": "1x30"}],
+         "alert_rule_test": [
+             {"eval_time": "90s", "alertname": "AlertmanagerClusterDegraded", "exp_alerts": [
+                 _alert('Alertmanager peers are not scraped: selector up{job="inferwatch-alertmanager"} matches no '
+                        "target, so nothing here watches the Alertmanager cluster (check the scrape configuration "
+                        "before the peers).", job="inferwatch-alertmanager")]}]}]}
     (tmp_path / "test.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
     promtool = shutil.which("promtool")
     if not promtool:
