@@ -25,8 +25,8 @@ Every recording carries `backend` (`tensorrt_llm` | `vllm`). Impossible readings
 
 from __future__ import annotations
 
-from inferwatch.rules.builders import MODEL_VERSION, by, num, ratio
 from inferwatch.rules import identity
+from inferwatch.rules.builders import MODEL_VERSION, by, num, ratio
 from inferwatch.rules.gpu import MEMORY_RATIO
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector
