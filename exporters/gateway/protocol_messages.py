@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from inferwatch.exporters.gateway.counts import token_count
 from inferwatch.exporters.gateway.meter import RequestMeter
-from inferwatch.exporters.gateway.protocols import Reader, is_error_doc, parse_json
+from inferwatch.exporters.gateway.protocols import MarkedReader, is_error_doc, parse_json
 from inferwatch.exporters.gateway.sse import ErrorEvent
 
 # Delta types that describe a block rather than carry generated tokens.
@@ -34,7 +34,7 @@ def _generated(delta) -> bool:
     return any(value for key, value in delta.items() if key != "type")
 
 
-class MessagesEvents(Reader):
+class MessagesEvents(MarkedReader):
     """Reads a Messages API stream or body (module docstring)."""
 
     __slots__ = ()
@@ -66,10 +66,6 @@ class MessagesEvents(Reader):
             self.complete = True
         elif is_error_doc(doc):
             self._fail(doc)
-
-    @property
-    def answered(self) -> bool:
-        return self.complete
 
     def body(self, data: bytes, now: float) -> None:
         try:

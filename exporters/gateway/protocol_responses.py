@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from inferwatch.exporters.gateway.counts import token_count
 from inferwatch.exporters.gateway.meter import RequestMeter
-from inferwatch.exporters.gateway.protocols import Reader, is_error_doc, parse_json
+from inferwatch.exporters.gateway.protocols import MarkedReader, is_error_doc, parse_json
 from inferwatch.exporters.gateway.sse import ErrorEvent
 
 TERMINAL_OK = frozenset(("response.completed", "response.incomplete"))
 FAILED = "response.failed"
 
 
-class ResponsesEvents(Reader):
+class ResponsesEvents(MarkedReader):
     """Reads a Responses API stream or body (module docstring)."""
 
     __slots__ = ()
@@ -56,10 +56,6 @@ class ResponsesEvents(Reader):
             self.complete = True
         elif is_error_doc(doc):
             self._fail(doc)
-
-    @property
-    def answered(self) -> bool:
-        return self.complete
 
     def body(self, data: bytes, now: float) -> None:
         try:

@@ -139,6 +139,17 @@ class Reader:
             self._error_event(data)
 
 
+class MarkedReader(Reader):
+    """A reader of a protocol whose streams end with an end marker (Responses `response.completed`, Messages
+    `message_stop`): `complete` records the marker, so the answer is answered once it was relayed."""
+
+    __slots__ = ()
+
+    @property
+    def answered(self) -> bool:
+        return self.complete
+
+
 def is_error_doc(doc) -> bool:
     """Whether a parsed event or body is an error object, in any shape a server sends one (module
     docstring, "Errors")."""
