@@ -35,7 +35,7 @@ system-deps:
 
 # Everything but the HA chaos scenario (`make chaos`, about four minutes), so the suite stays under 20 minutes.
 test: install system-deps check-generated
-	$(BIN)/pytest -m "not chaos" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not chaos" --durations=30 $(PYTEST_ARGS)
 
 # The same suite with one core kept busy, as on a developer's machine doing other work: a CPU burner starts
 # first and stops on any exit of the recipe (trap), pass, failure or Ctrl-C; the burner also leaves by itself

@@ -104,12 +104,17 @@ def _supervise(fd: int, argv: list[str]) -> int:
     for sig in _FORWARDED:
         signal.signal(sig, forward)
     os.set_blocking(fd, False)
+    # poll(2), not select(2): a parent with more than FD_SETSIZE (1024) files open hands down a higher fd
+    # number, which select() refuses (ValueError).
+    poller = select.poll()
+    for watched in (fd, wake_r):
+        poller.register(watched, select.POLLIN)
     while True:
         done, status = os.waitpid(child, os.WNOHANG)
         if done:
             break
         try:
-            readable, _, _ = select.select([fd, wake_r], [], [], PARENT_POLL_S)
+            readable = {ready for ready, _ in poller.poll(PARENT_POLL_S * 1000)}
         except InterruptedError:
             continue
         if wake_r in readable:

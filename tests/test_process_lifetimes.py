@@ -226,24 +226,35 @@ def test_a_lifeline_process_and_its_children_die_with_a_sigkilled_parent_every_t
     _report("the parent of a lifeline process")
 
 
+@pytest.mark.parametrize("parent_fds", [0, 1100], ids=["few-files-open", "over-FD_SETSIZE-open"])
 @pytest.mark.parametrize(("argv", "stop", "code"), [
     # The program's own exit status comes back (it exits once the test says so, so start() sees it running).
     (["sh", "-c", "while [ ! -e go ]; do sleep 0.05; done; exit 3"], False, 3),
     (["sleep", "600"], True, -signal.SIGTERM),               # stop(): SIGTERM forwarded once, its death reported
     (["sh", "-c", "trap 'exit 7' TERM; sleep 600 & wait"], True, 7),  # a program that handles SIGTERM itself
 ])
-def test_a_lifeline_process_reports_the_program_s_exit_and_stops_whole(tmp_path, argv, stop, code):
+def test_a_lifeline_process_reports_the_program_s_exit_and_stops_whole(tmp_path, argv, stop, code, parent_fds):
+    """A parent holding more than select()'s FD_SETSIZE (1024) files (a long test session, a busy service)
+    hands the supervisor a pipe numbered above 1024: the supervisor must watch it all the same."""
     from inferwatch.testing.process import ManagedProcess
 
-    marker = uuid.uuid4().hex
-    process = ManagedProcess("program", argv, tmp_path / "program.log", ready=lambda: True,
-                             env=_env(marker), cwd=str(tmp_path), lifeline=True)
-    process.start()
-    assert process.proc is not None
-    (tmp_path / "go").touch()
-    if stop:
-        wait_for(lambda: len(_tree(marker)) >= 2, timeout=20, what="the supervisor and its program")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(parent_fds)]
+    try:
+        marker = uuid.uuid4().hex
+        process = ManagedProcess("program", argv, tmp_path / "program.log", ready=lambda: True,
+                                 env=_env(marker), cwd=str(tmp_path), lifeline=True)
+        process.start()
+        assert process.proc is not None
+        (tmp_path / "go").touch()
+        if stop:
+            wait_for(lambda: len(_tree(marker)) >= 2, timeout=20, what="the supervisor and its program")
+            process.stop()
+        assert process.proc.wait(20) == code, process.tail()
+        wait_for(lambda: not _tree(marker), timeout=EXIT_DEADLINE_S, what=f"every process of {argv} gone")
         process.stop()
+    finally:
+        for fd in held:
+            os.close(fd)
     assert process.proc.wait(20) == code
     wait_for(lambda: not _tree(marker), timeout=EXIT_DEADLINE_S, what=f"every process of {argv} gone")
     process.stop()

@@ -5,6 +5,7 @@ exporter's `up` as each row has it."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,8 +18,10 @@ from inferwatch.triage.evidence import load_runbooks
 from inferwatch.triage.sources import PrometheusSource
 
 SPEC = load_spec(REPO_ROOT / "inferwatch.yaml")   # scrape interval 15 s: stale after 30 s without a scrape
-END = time.time() - 60
-START = END - 30 * 60
+# The data ends a minute before the module's Prometheus starts (not before the module is imported: the notifier
+# hook reads "now", which in a long session is far past an import-time end).
+AGO_S = 60
+SPAN_S = 30 * 60
 
 # node -> (up: "to the end" | "0 for the last 3 min" | "ends 5 min ago" | None, GPU data ends this long ago)
 ROWS = {
@@ -29,38 +32,39 @@ ROWS = {
 }
 
 
-def series():
-    out = []
+def series(end: float):
+    out, start = [], end - SPAN_S
     for node, (up, stop_ago) in ROWS.items():
         labels = {"job": "inferwatch-gpu", "instance": f"{node}:9400", "node": node, "gpu": "0",
                   "UUID": f"GPU-{node}", "Hostname": node}
-        data_end = END - stop_ago
-        out += [gauge("DCGM_FI_DEV_GPU_TEMP", labels, 90, START, data_end),
-                gauge("DCGM_FI_DEV_GPU_UTIL", labels, 87, START, data_end),
-                gauge("DCGM_FI_DEV_POWER_USAGE", labels, 513, START, data_end)]
+        data_end = end - stop_ago
+        out += [gauge("DCGM_FI_DEV_GPU_TEMP", labels, 90, start, data_end),
+                gauge("DCGM_FI_DEV_GPU_UTIL", labels, 87, start, data_end),
+                gauge("DCGM_FI_DEV_POWER_USAGE", labels, 513, start, data_end)]
         scrape = {"job": "inferwatch-gpu", "instance": f"{node}:9400", "node": node}
         if up == "up":
-            out.append(gauge("up", scrape, 1, START, END))
+            out.append(gauge("up", scrape, 1, start, end))
         elif up == "down":
-            out.append(gauge("up", scrape, lambda t, cut=data_end: 1 if t <= cut else 0, START, END))
+            out.append(gauge("up", scrape, lambda t, cut=data_end: 1 if t <= cut else 0, start, end))
         elif up == "ends":
-            out.append(gauge("up", scrape, 1, START, data_end))
+            out.append(gauge("up", scrape, 1, start, data_end))
     return out
 
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     work = tmp_path_factory.mktemp("freshness-prom")
-    data = create_blocks(write_openmetrics(series(), work / "data.om"), work / "tsdb")
+    end = time.time() - AGO_S
+    data = create_blocks(write_openmetrics(series(end), work / "data.om"), work / "tsdb")
     server = start_prometheus(work, write_config(work / "prometheus.yml", []), storage_path=data)
-    yield server
+    yield SimpleNamespace(url=server.url, end=end)
     server.stop()
 
 
 def triage(prometheus, node):
     runbook = load_runbooks()["GpuTemperatureCritical"]
     labels = {"alertname": "GpuTemperatureCritical", "node": node, "gpu": "0", "UUID": f"GPU-{node}"}
-    source = PrometheusSource(prometheus.url, at=END + 1)
+    source = PrometheusSource(prometheus.url, at=prometheus.end + 1)
     return triage_alert("GpuTemperatureCritical", labels, runbook, source, "", spec=SPEC)
 
 
