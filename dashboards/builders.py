@@ -2,7 +2,7 @@
 and the whole-output pass (`finish`) that numbers panels and stamps uid, tags and datasource everywhere.
 
 Built on grafana-foundation-sdk (types generated from Grafana's own schema, branch 11.6): grafanalib 0.7.1
-writes schemaVersion 12 and string datasources, which Grafana 11 migrates on load (README "Dashboards").
+writes schemaVersion 12 and string datasources, which Grafana 11 migrates on load (docs/dashboards.md).
 Every query names `${datasource}` (dashboard-linter's panel-datasource-rule), so one JSON file works against
 any Prometheus a site picks in the variable.
 """

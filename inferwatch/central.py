@@ -1,4 +1,4 @@
-"""A central store for several clusters (spec `central_store`, README "Several clusters"): each cluster's edge
+"""A central store for several clusters (spec `central_store`, docs/several-clusters.md): each cluster's edge
 scrapes the cluster's targets and remote-writes the samples, labelled with the cluster's name, to
 VictoriaMetrics; vmalert evaluates the generated rule files there, writes the recorded series (and `ALERTS`)
 back, and notifies Alertmanager. Grafana reads VictoriaMetrics as a Prometheus data source.

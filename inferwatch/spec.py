@@ -130,7 +130,7 @@ _TAKEN_LABELS = ("job", "instance", "node", "triton", "model", "version", "tenan
 
 @dataclasses.dataclass
 class ClusterSettings:
-    """Which cluster this spec's targets are in (README "Several clusters"). With a `name`, Prometheus (or the
+    """Which cluster this spec's targets are in (docs/several-clusters.md). With a `name`, Prometheus (or the
     edge agent writing to the central store) adds `<label>: <name>` to every series it sends and every alert,
     every recording rule and alert keeps the label through its aggregations, each alert's description names
     the cluster, dashboards gain a `cluster` variable and Alertmanager never groups or inhibits across two
@@ -159,7 +159,7 @@ class ClusterSettings:
 
 @dataclasses.dataclass
 class CentralStore:
-    """A central metrics store several clusters write to (README "Several clusters"): each cluster's edge
+    """A central metrics store several clusters write to (docs/several-clusters.md): each cluster's edge
     (vmagent, or Prometheus in agent mode) scrapes the cluster's targets and remote-writes to VictoriaMetrics;
     vmalert evaluates the generated rule files there and notifies Alertmanager. `inferwatch generate` writes
     that configuration under deploy/central/."""
@@ -770,7 +770,7 @@ _REPLICA_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"  # a label value that is also
 
 @dataclasses.dataclass
 class HighAvailability:
-    """Replicas of the alerting path (README "HA"): Prometheus replicas evaluating the same rules, an
+    """Replicas of the alerting path (docs/ha.md): Prometheus replicas evaluating the same rules, an
     Alertmanager cluster, notifier replicas behind one webhook address. Empty lists mean one of each
     (`targets.prometheus`, `targets.alertmanager`, clustering off), as without this section. The static
     configuration (deploy/prometheus, deploy/alertmanager) uses the addresses; the compose and Kubernetes
@@ -794,7 +794,7 @@ class HighAvailability:
                                                    "waits at most this for the cluster's state before it sends")
     answer_wait: Duration = field(_d("0s"), doc="the notifier holds a webhook's 2xx up to this long while its "
                                                 "messages are sent, so a 2xx usually means 'at the channel', not "
-                                                "only 'on this replica's disk' (README \"HA\"); 0: answer once stored")
+                                                "only 'on this replica's disk' (docs/ha.md); 0: answer once stored")
     outbox_due_rows: int = field(100, doc="NotifierOutboxGrowing: a replica's due, unsent notifications above "
                                           "this and still growing over the rate window")
     members_for: Duration = field(_d("5m"), doc="`for` of AlertmanagerClusterDegraded (rides out a restart)")

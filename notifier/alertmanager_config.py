@@ -187,7 +187,8 @@ def peer_flags(spec: Spec, index: int) -> list[str]:
 
 def secret_files(spec: Spec) -> dict[str, tuple[str, str]]:
     """{spec field: (path, what it holds)} for every file the generated configuration makes Alertmanager read
-    (tests check that no other `*_file` appears in it and that the README's own-stack steps name each)."""
+    (tests check that no other `*_file` appears in it and that the own-stack steps name each:
+    docs/own-stack.md#use-it-with-your-own-triton-and-prometheus)."""
     n = spec.notifier
     return {"notifier.token_file": (n.token_file, "the notifier's bearer token (the value of notifier.bearer_token)"),
             "notifier.fallback_routing_key_file": (n.fallback_routing_key_file,

@@ -1,6 +1,6 @@
 """The notifier's own metrics, all series created at zero at start-up.
 
-Names carry the `inferwatch_notifier_` prefix (docs/conventions.md); the README's notifier section lists them
+Names carry the `inferwatch_notifier_` prefix (docs/conventions.md); docs/notifier.md lists them
 and rules/notifier.py alerts on them, so a rename must change them too
 (tests/test_rules_live_names.py fails on a rule reading a name no source exposes).
 

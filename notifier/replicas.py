@@ -1,5 +1,5 @@
 """Notifier replicas tell each other what they accepted, so that one notification is delivered once however
-Alertmanager's peers spread it over the replicas (README "HA").
+Alertmanager's peers spread it over the replicas (docs/ha.md#what-a-dead-part-costs).
 
 Alertmanager's cluster delivers at least once: a peer that took over from a dead one resends what the dead
 one had sent, a webhook whose answer was lost is retried, and a peer acting on a snapshot taken before a

@@ -1,4 +1,4 @@
-"""Two clusters writing to one central store (README "Several clusters"), end to end with real parts:
+"""Two clusters writing to one central store (docs/several-clusters.md), end to end with real parts:
 
 - clusters a and b, each with its own simulated GPU exporter, Triton collector and gateway (the one real
   Triton serves both), each spec naming its cluster (`cluster.name`) and the store (`central_store.url`);

@@ -18,7 +18,7 @@ PIECE = b"x" * 65536
 CHAT = "/v1/chat/completions"
 ANSWER = json.dumps({"object": "chat.completion", "choices": [],
                      "usage": {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}}).encode()
-# Stated bound (README, "Limits and secrets"): per answer in flight, the cap twice (the bytes held and the
+# Stated bound (docs/gateway.md#limits-and-secrets): per answer in flight, the cap twice (the bytes held and the
 # copy parsed) plus aiohttp's transport buffers; the rest is the interpreter's allocator slack.
 BOUND_KIB = (3 * 2 * CAP + 32 * 1024 * 1024) // 1024
 

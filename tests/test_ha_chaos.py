@@ -2,8 +2,9 @@
 peers and two notifier replicas on loopback, a storm of about 500 alerts across the three layers, one SIGKILL
 each of an Alertmanager peer, a notifier replica and a Prometheus replica at seeded moments, each restarted.
 
-Goals (README "HA"): no alert lost; PagerDuty duplicates carry the same dedup key; chat duplicates at most
-1 % of a channel's messages; no alert waits more than 60 s for its message; every page resolved afterwards.
+Goals (docs/ha.md#the-chaos-scenario): no alert lost; PagerDuty duplicates carry the same dedup key; chat
+duplicates at most 1 % of a channel's messages; no alert waits more than 60 s for its message; every page
+resolved afterwards.
 `make chaos` runs it with a random seed (printed); `make chaos SEED=n` replays one.
 """
 

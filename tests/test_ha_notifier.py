@@ -1,4 +1,4 @@
-"""The notifier across replicas (README "HA"): replicas behind one address deliver a notification once (a
+"""The notifier across replicas (docs/ha.md): replicas behind one address deliver a notification once (a
 copy that reaches another replica is a duplicate; a firing copy of a group already resolved is stale; rows a
 killed replica still held are left out when a peer took them over), fail open when a peer does not answer,
 a resolve that races an escalation being sent still resolves the page, and with ha.answer_wait a 2xx says how
@@ -270,10 +270,10 @@ def _samples(url: str) -> dict[str, float]:
 
 
 def test_a_lost_disk_costs_exactly_the_outbox_backlog(sims, tmp_path):
-    """The bound of README "HA": with answer_wait, a replica answers 2xx once the message is at its channel
-    (or after the wait, once it is on its disk). Killed with its disk, it loses nothing (the restart sends the
-    backlog); with its disk lost, it loses its backlog: what `inferwatch_notifier_outbox_due` showed, and
-    nothing else (no answered notification of a healthy channel).
+    """The bound of docs/ha.md#what-a-dead-part-costs: with answer_wait, a replica answers 2xx once the
+    message is at its channel (or after the wait, once it is on its disk). Killed with its disk, it loses
+    nothing (the restart sends the backlog); with its disk lost, it loses its backlog: what
+    `inferwatch_notifier_outbox_due` showed, and nothing else (no answered notification of a healthy channel).
     The backlog is read once it is counted whole (outbox_due == outbox_depth in one scrape), not at its first
     non-zero read, which under load saw 19 of 20. Fault check: with outbox_due made to count one row less,
     this test fails (timed out waiting for the backlog counted whole)."""

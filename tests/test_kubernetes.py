@@ -503,16 +503,17 @@ def test_dashboards_ship_as_sidecar_configmaps(objects, spec):
     assert all(len(json.dumps(d)) < 262_144 for d in maps)  # fits kubectl's last-applied annotation too
 
 
-# ------------------------------------------------------------------------------------------- README
-def _readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+# ------------------------------------------------------------------------------------------ docs pages
+def _doc_section(page: str, title: str) -> str:
+    """The section of docs/<page> under the `## <title>` heading, up to the next `## ` heading."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
     start = text.index(f"## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start:end if end > 0 else None]
 
 
 def _blocks(section: str) -> dict[str, str]:
-    """Fenced code blocks of a README section, keyed by their first line (a comment naming the file)."""
+    """Fenced code blocks of a docs page or section, keyed by their first line (a comment naming the file)."""
     import textwrap
 
     out = {}
@@ -532,8 +533,8 @@ def _merge(base: dict, extra: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def readme_k8s():
-    return _blocks(_readme_section("Kubernetes with kube-prometheus-stack and the GPU Operator"))
+def k8s_page():
+    return _blocks((ROOT / "docs" / "kubernetes.md").read_text(encoding="utf-8"))
 
 
 def _block(blocks: dict[str, str], prefix: str) -> str:
@@ -541,11 +542,11 @@ def _block(blocks: dict[str, str], prefix: str) -> str:
     return body
 
 
-def test_readme_kubernetes_steps_render_and_validate(readme_k8s, tmp_path):
-    """Steps 1-5 of the README section as written: the spec additions, the kube-prometheus-stack values, the
+def test_kubernetes_page_steps_render_and_validate(k8s_page, tmp_path):
+    """Steps 1-5 of docs/kubernetes.md as written: the spec additions, the kube-prometheus-stack values, the
     Secrets, the base and the overlay."""
     data = _merge(yaml.safe_load((ROOT / "inferwatch.yaml").read_text()),
-                  yaml.safe_load(_block(readme_k8s, "# my.yaml")))
+                  yaml.safe_load(_block(k8s_page, "# my.yaml")))
     spec = spec_from_dict(data)
     base = tmp_path / kgen.OUT_DIR
     base.mkdir(parents=True)
@@ -563,7 +564,7 @@ def test_readme_kubernetes_steps_render_and_validate(readme_k8s, tmp_path):
     for doc in objects:
         if doc["kind"] in ("PodMonitor", "ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"):
             assert doc["metadata"]["labels"]["release"] == "kube-prometheus-stack", doc["metadata"]["name"]
-    values = yaml.safe_load(_block(readme_k8s, "# values.yaml"))
+    values = yaml.safe_load(_block(k8s_page, "# values.yaml"))
     am_spec = values["alertmanager"]["alertmanagerSpec"]
     am, = by_kind(objects, "AlertmanagerConfig")
     assert am_spec["alertmanagerConfigSelector"]["matchLabels"].items() <= am["metadata"]["labels"].items()
@@ -572,9 +573,9 @@ def test_readme_kubernetes_steps_render_and_validate(readme_k8s, tmp_path):
     dashboards = [d for d in by_kind(objects, "ConfigMap")
                   if d["metadata"]["labels"].get(sidecar["label"]) == sidecar["labelValue"]]
     assert len(dashboards) == len(dashboard_outputs(spec))
-    # The Secrets the README creates are exactly the ones the base references.
+    # The Secrets the page creates are exactly the ones the base references.
     created: dict[str, set[str]] = {}
-    for command in _block(readme_k8s, "kubectl").replace("\\\n", " ").splitlines():
+    for command in _block(k8s_page, "kubectl").replace("\\\n", " ").splitlines():
         words = command.split()
         if "secret" in words:
             created[words[words.index("generic") + 1]] = set(re.findall(r"--from-literal=([^=\s]+)=", command))
@@ -582,7 +583,7 @@ def test_readme_kubernetes_steps_render_and_validate(readme_k8s, tmp_path):
     # The overlay changes the image of every inferwatch container and nothing else.
     overlay = tmp_path / "my-overlay"
     overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(_block(readme_k8s, "# my-overlay/kustomization.yaml"))
+    (overlay / "kustomization.yaml").write_text(_block(k8s_page, "# my-overlay/kustomization.yaml"))
     overlaid = render(overlay)
     images = {c["image"] for d in overlaid if d["kind"] in ("DaemonSet", "Deployment", "StatefulSet")
               for c in d["spec"]["template"]["spec"]["containers"]}
@@ -590,8 +591,8 @@ def test_readme_kubernetes_steps_render_and_validate(readme_k8s, tmp_path):
     assert sorted(map(_key, overlaid)) == sorted(map(_key, objects))
 
 
-def test_readme_own_stack_names_every_process_and_secret_file():
-    section = _readme_section("Use it with your own Triton and Prometheus")
+def test_own_stack_steps_name_every_process_and_secret_file():
+    section = _doc_section("own-stack.md", "Use it with your own Triton and Prometheus")
     config = yaml.safe_load((ROOT / alertmanager_config.PATH).read_text())
 
     def files(node):
@@ -618,12 +619,12 @@ def test_readme_own_stack_names_every_process_and_secret_file():
         assert port in section, port
 
 
-def test_readme_dcgm_exporter_variant_renders_and_validates(readme_k8s, tmp_path):
+def test_dcgm_exporter_variant_of_the_kubernetes_page_renders_and_validates(k8s_page, tmp_path):
     """"Use with kube-prometheus-stack / dcgm-exporter" as written: the base without inferwatch's GPU exporter,
     rules selecting dcgm-exporter's job, and the GPU Operator's ServiceMonitor settings valid for the CRD."""
     data = _merge(_merge(yaml.safe_load((ROOT / "inferwatch.yaml").read_text()),
-                         yaml.safe_load(_block(readme_k8s, "# my.yaml"))),
-                  yaml.safe_load(_block(readme_k8s, "# dcgm.yaml")))
+                         yaml.safe_load(_block(k8s_page, "# my.yaml"))),
+                  yaml.safe_load(_block(k8s_page, "# dcgm.yaml")))
     spec = spec_from_dict(data)
     base = tmp_path / kgen.OUT_DIR
     base.mkdir(parents=True)
@@ -639,7 +640,7 @@ def test_readme_dcgm_exporter_variant_renders_and_validates(readme_k8s, tmp_path
     exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
     assert any('DCGM_FI_DEV_GPU_TEMP{job="nvidia-dcgm-exporter"}' in e for e in exprs)
     assert not any("inferwatch-gpu" in e for e in exprs)
-    values = yaml.safe_load(_block(readme_k8s, "# gpu-operator-values.yaml"))["dcgmExporter"]["serviceMonitor"]
+    values = yaml.safe_load(_block(k8s_page, "# gpu-operator-values.yaml"))["dcgmExporter"]["serviceMonitor"]
     monitor = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
                "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator",
                             "labels": values["additionalLabels"]},

@@ -134,12 +134,12 @@ def _file_values(node) -> set[str]:
     return set()
 
 
-def test_readme_own_stack_steps_name_every_secret_file_alertmanager_reads():
+def test_own_stack_steps_name_every_secret_file_alertmanager_reads():
     spec = load_spec(REPO_ROOT / "inferwatch.yaml")
     files = secret_files(spec)
     assert _file_values(config(spec)) == {path for path, _ in files.values()}
-    readme = (REPO_ROOT / "README.md").read_text()
-    steps = readme.split("## Use it with your own Triton and Prometheus", 1)[1].split("\n## ", 1)[0]
+    page = (REPO_ROOT / "docs" / "own-stack.md").read_text()
+    steps = page.split("## Use it with your own Triton and Prometheus\n", 1)[1].split("\n## ", 1)[0]
     for field, (path, _) in files.items():
         assert f"`{field}`" in steps and f"`{path}`" in steps, field
     assert "`notifier.fallback_pagerduty_url`" in steps

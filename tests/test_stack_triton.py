@@ -1,5 +1,5 @@
 """`inferwatch stack triton`: the virtual environment's tritonserver serving the example repository, started the
-way the README tells a user to (a real Triton, on loopback ports)."""
+way docs/own-stack.md#use-it-with-your-own-triton-and-prometheus tells a user to (a real Triton, on loopback ports)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ event loop, a scrape per second added 207 ms to TTFT p99; rendered on a thread o
 better (the render holds the interpreter lock, and each handover to the proxy's thread waits on the OS
 scheduler). Forked, the serving loop spends about 6 ms of CPU per scrape instead of about 92 ms, and its
 longest stall per scrape is 7–36 ms instead of 140–370 ms. Measured with benchmarks/gateway_overhead.py
-(README, "Overhead").
+(docs/gateway.md#overhead).
 
 How: each scrape forks the process; the child runs prometheus-client's own aiohttp handler
 (`make_aiohttp_handler`: content negotiation, `name[]` filtering) on its copy of the registry, sends the

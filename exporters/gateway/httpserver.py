@@ -1,7 +1,7 @@
 """The gateway's client-facing HTTP/1.1 server: requests parsed by httptools inside the connection's protocol.
 
 Why not aiohttp's server (which the gateway used) or uvicorn: measured with benchmarks/gateway_hotpath.py
-(README, "Overhead"; one run at load 1.1), a sequential request to a trivial handler takes 191 µs p50 and
+(docs/gateway.md#overhead; one run at load 1.1), a sequential request to a trivial handler takes 191 µs p50 and
 160 µs of server CPU through aiohttp's server, 135 µs and 110 µs through uvicorn 0.54 (httptools, uvloop, a
 raw ASGI app), 110 µs and 70 µs through this server, and 52 µs and 30 µs through a bare protocol answering
 without parsing. On the gateway's own benchmark, aiohttp's server side was what kept the added TTFT above

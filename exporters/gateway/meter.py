@@ -42,7 +42,7 @@ MAX_SEQUENCES = 128
 
 @dataclasses.dataclass(frozen=True)
 class Usage:
-    """What one finished request consumed: its record for billing (see README, "Token counts for billing").
+    """What one finished request consumed: its record for billing (see docs/gateway.md#token-counts-for-billing).
 
     `input_tokens` / `output_tokens` are None when the upstream revealed no count (unknown, never 0);
     `code` is the HTTP status the client got; `error_code` / `error_type` are what the upstream's error object

@@ -126,7 +126,7 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int, stop:
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed (it cuts the proxy's per-event CPU, see README), else asyncio's default loop;
+    """uvloop when installed (it cuts the proxy's per-event CPU, see docs/dependencies.md), else asyncio's default loop;
     INFERWATCH_GATEWAY_LOOP=asyncio forces the default (to compare, or to rule uvloop out)."""
     if os.environ.get("INFERWATCH_GATEWAY_LOOP", "") != "asyncio":
         try:

@@ -4,7 +4,7 @@ Why not aiohttp's client here (it still forwards every unmetered request): per s
 client feeds a StreamReader, wakes the handler's task, and the handler writes through the server's
 StreamWriter; measured with benchmarks/gateway_overhead.py, that relay alone cost about 60 ms of CPU per
 1,000 events on a 2-core machine, where a byte pipe on uvloop's protocols costs about 22 and nginx about 22
-(README, "Overhead"). Here the response is parsed by httptools (the llhttp parser uvicorn uses) inside the
+(docs/gateway.md#overhead). Here the response is parsed by httptools (the llhttp parser uvicorn uses) inside the
 connection's protocol, and once the handler has sent the response head, each body read goes from the
 parser's callback to the client's transport and to the meter, with no task switch per event.
 

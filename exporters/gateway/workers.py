@@ -1,7 +1,7 @@
 """Multi-process mode (`--workers N`): N proxy processes sharing the port, one /metrics for all of them.
 
 Why: one event loop is one core. Under load its own queue is what a stream waits in before its first token
-is forwarded, and a saturated upstream can push more events than one loop relays (README, "Overhead").
+is forwarded, and a saturated upstream can push more events than one loop relays (docs/gateway.md#overhead).
 
 How:
 - the parent forks the workers before it creates any event loop or metric, then only supervises and serves

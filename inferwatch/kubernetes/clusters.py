@@ -1,4 +1,4 @@
-"""Several clusters on Kubernetes (spec `cluster`, `central_store`; README "Several clusters"), written beside
+"""Several clusters on Kubernetes (spec `cluster`, `central_store`; docs/several-clusters.md), written beside
 the kustomize base, not into it (they change objects inferwatch does not own, or run centrally):
 
 - prometheus-patch.yaml: a merge patch for kube-prometheus-stack's Prometheus custom resource, setting

@@ -30,7 +30,7 @@ def spec_text(spec: Spec) -> str:
 
 
 def required_secrets(spec: Spec) -> dict[str, list[str]]:
-    """{Secret name: keys} the manifests reference; none is generated (README: how to create them)."""
+    """{Secret name: keys} the manifests reference; none is generated (docs/kubernetes.md: how to create them)."""
     cs = cluster_spec(spec)
     needed = {workloads.NOTIFIER_SECRET: secret_refs(cs.channels, cs.notifier).keys,
               workloads.COLLECTOR_SECRET: secret_refs(cs.targets.triton).keys,

@@ -28,7 +28,7 @@ COMPONENTS = {
     "notifier": ("inferwatch-notifier", NOTIFIER_PORT, "notifier"),
 }
 GATEWAY_PORT = 8080
-# Secrets the user creates (README "Kubernetes ..."): one per pod that needs any, so each pod sees only its own.
+# Secrets the user creates (docs/kubernetes.md, step 4): one per pod that needs any, so each pod sees only its own.
 NOTIFIER_SECRET = "inferwatch-notifier"  # noqa: S105 - Secret objects' names
 COLLECTOR_SECRET = "inferwatch-triton-collector"  # noqa: S105
 

@@ -2,7 +2,7 @@
 alerts that should have reached a channel and alerts that did, duplicate messages per channel, and the
 longest delay from an alert firing to the message that accounts for it.
 
-What counts (README "HA"):
+What counts (docs/ha.md#the-chaos-scenario):
 - An alert *should* reach a channel when it fired and stayed firing for STABLE_S (Alertmanager never
   notifies an alert that resolves within its group_wait, by design), its route leads through the notifier
   (`component="notifier"` alerts page through Alertmanager's own PagerDuty integration) and the notifier's
