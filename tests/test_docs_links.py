@@ -130,3 +130,12 @@ def test_citation_patterns_find_each_form():
 def test_readme_stays_an_entry_page():
     lines = (REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move reference text to docs/"
+
+
+def test_readme_links_every_docs_page():
+    """The README's table is the map of the docs: a new page gets a row (benchmark pages through their index)."""
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    linked = {target.partition("#")[0] for target in LINK.findall(text)}
+    pages = {str(p.relative_to(REPO_ROOT)) for p in _tracked("docs/*.md")}
+    pages = {p for p in pages if p.count("/") == 1 and p != "docs/index.md"} | {"docs/benchmarks/index.md"}
+    assert sorted(pages - linked) == []
