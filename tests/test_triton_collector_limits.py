@@ -16,8 +16,9 @@ from inferwatch.testing.process import ManagedProcess, free_port, http_ok
 
 ROOT = Path(__file__).resolve().parents[1]
 HUGE = 200_000_000
-# Stated bound (docs/triton-collector.md): one answer costs at most the limit plus one 64 KiB chunk, plus the
-# interpreter's own slack; 16 MiB of slack covers allocator rounding and aiohttp's read buffers.
+# Stated bound (docs/triton-collector.md#every-answer-has-a-size-limit): one answer costs at most the limit plus
+# one 64 KiB chunk, plus the interpreter's own slack; 16 MiB of slack covers allocator rounding and aiohttp's read
+# buffers.
 SLACK_BYTES = 16 * 1024 * 1024
 
 CHILD = """
