@@ -270,7 +270,7 @@ def _samples(url: str) -> dict[str, float]:
 
 
 def test_a_lost_disk_costs_exactly_the_outbox_backlog(sims, tmp_path):
-    """The bound of docs/ha.md#what-a-dead-part-costs: with answer_wait, a replica answers 2xx once the
+    """The bound of docs/ha.md#what-a-lost-disk-costs: with answer_wait, a replica answers 2xx once the
     message is at its channel (or after the wait, once it is on its disk). Killed with its disk, it loses
     nothing (the restart sends the backlog); with its disk lost, it loses its backlog: what
     `inferwatch_notifier_outbox_due` showed, and nothing else (no answered notification of a healthy channel).
