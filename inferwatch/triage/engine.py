@@ -132,7 +132,7 @@ class AlertTriage:
         return "no data"
 
     def to_dict(self) -> dict:
-        """The JSON shape of `triage --json` (docs/triage.md#json-json): unknown values are null, never 0."""
+        """The JSON shape of `triage --json` (docs/triage.md#json-output): unknown values are null, never 0."""
         return {
             "alert": self.alert,
             "labels": self.labels,
