@@ -18,11 +18,14 @@ and a slow moment does not pile up a queue that later slices inherit):
 2. saturation (--saturate seconds, 0 to skip): streams of --saturate-tokens responses with no delay:
    responses/s of each path, their ratio, and the gateway's CPU (psutil, user + system) per 1,000 responses
    it forwarded.
+With --unmetered a second gateway process whose spec meters no model (`gateway.llm_models` naming none of
+the served ones) is a third path: what forwarding alone costs, next to forwarding and metering.
 Progress goes to stderr, one line per slice. The final JSON line (stdout) holds each round, the median and
 min/max over rounds of each figure, the p99 of all rounds' samples pooled, the load average before and after,
 and the budget verdict (on the medians over rounds).
 
     .venv/bin/python benchmarks/gateway_grpc.py [--streams 64] [--rounds 5] [--slice 4] [--saturate 4]
+                                                [--unmetered]
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from inferwatch.testing.process import ManagedProcess, free_port  # noqa: E402
 from inferwatch.testing.triton import start_triton  # noqa: E402
 
 BUDGET = {"added_ttft_p50_ms": 1.0, "added_ttft_p99_ms": 3.0, "saturated_ratio": 0.9}
-PATHS = ("direct", "gateway")
+GATEWAYS = ("gateway", "unmetered")  # the paths through a gateway process (unmetered: with --unmetered)
 
 
 def toy_request(tokens: int, first_ms: int, gap_ms: int) -> service_pb2.ModelInferRequest:
@@ -109,17 +112,17 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-async def one_slice(kind: str, path: str, stub, gateway: psutil.Process, args) -> dict:
+async def one_slice(kind: str, path: str, stub, gateway: psutil.Process | None, args) -> dict:
     if kind == "latency":
         request, seconds = toy_request(args.tokens, args.first_ms, args.gap_ms), args.slice
     else:
         request, seconds = toy_request(args.saturate_tokens, 0, 0), args.saturate
-    cpu0 = cpu_seconds(gateway)
+    cpu0 = cpu_seconds(gateway) if gateway is not None else 0.0
     ttfts, responses, wall = await closed_loop(stub, request, args.metadata, args.streams, seconds)
-    cpu = cpu_seconds(gateway) - cpu0
+    cpu = cpu_seconds(gateway) - cpu0 if gateway is not None else 0.0
     out = {"streams_run": len(ttfts), "responses": responses, "responses_per_s": responses / wall,
            "ttft_p50_ms": _ms(pct(ttfts, 0.5)), "ttft_p99_ms": _ms(pct(ttfts, 0.99)), "ttfts": ttfts}
-    if path == "gateway" and responses:
+    if gateway is not None and responses:
         out["gateway_cpu_ms_per_1k_responses"] = cpu * 1000 / (responses / 1000)
     return out
 
@@ -141,24 +144,36 @@ def round_figures(latency: dict, saturation: dict | None) -> dict:
                     "saturated_gateway_responses_per_s": sg["responses_per_s"],
                     "saturated_ratio": sg["responses_per_s"] / sd["responses_per_s"] if sd["responses_per_s"] else None,
                     "gateway_cpu_ms_per_1k_responses": sg.get("gateway_cpu_ms_per_1k_responses")})
+        su = saturation.get("unmetered")
+        if su is not None:
+            out.update({"unmetered_saturated_ratio": su["responses_per_s"] / sd["responses_per_s"]
+                        if sd["responses_per_s"] else None,
+                        "unmetered_gateway_cpu_ms_per_1k_responses": su.get("gateway_cpu_ms_per_1k_responses")})
+    u = latency.get("unmetered")
+    if u is not None:
+        out.update({"unmetered_added_ttft_p50_ms": u["ttft_p50_ms"] - d["ttft_p50_ms"],
+                    "unmetered_latency_gateway_cpu_ms_per_1k_responses": u.get("gateway_cpu_ms_per_1k_responses")})
     return out
 
 
-async def measure(addresses: dict, gateway_pid: int, args) -> dict:
+async def measure(addresses: dict, pids: dict[str, int], args) -> dict:
+    """`addresses`: path → gRPC address; `pids`: path → the gateway process behind it (direct: none)."""
     channels = {name: grpc.aio.insecure_channel(address) for name, address in addresses.items()}
     stubs = {name: service_pb2_grpc.GRPCInferenceServiceStub(ch) for name, ch in channels.items()}
-    gateway = psutil.Process(gateway_pid)
-    rounds, pooled = [], {path: [] for path in PATHS}
+    processes = {name: psutil.Process(pid) for name, pid in pids.items()}
+    paths = list(addresses)
+    rounds: list[dict] = []
+    pooled: dict[str, list[float]] = {path: [] for path in paths}
     try:
         for stub in stubs.values():  # connections and Triton's model warm
             await asyncio.gather(*(one_stream(stub, toy_request(4, 0, 0), args.metadata) for _ in range(32)))
         for r in range(args.rounds):
-            order = PATHS if r % 2 == 0 else PATHS[::-1]  # A B, B A, ...: neither path always goes first
+            order = paths if r % 2 == 0 else paths[::-1]  # A B, B A, ...: neither path always goes first
             kinds = ("latency", "saturation") if args.saturate > 0 else ("latency",)
             slices: dict[str, dict] = {kind: {} for kind in kinds}
             for kind in kinds:
                 for path in order:
-                    s = slices[kind][path] = await one_slice(kind, path, stubs[path], gateway, args)
+                    s = slices[kind][path] = await one_slice(kind, path, stubs[path], processes.get(path), args)
                     if kind == "latency":
                         pooled[path].extend(s.pop("ttfts"))
                     else:
@@ -169,7 +184,7 @@ async def measure(addresses: dict, gateway_pid: int, args) -> dict:
             print(json.dumps({"round": r + 1, **_rounded({k: v for k, v in rounds[-1].items() if k != "slices"})}),
                   file=sys.stderr, flush=True)
         return {"rounds": rounds,
-                "pooled_ttft_p99_ms": {path: _ms(pct(pooled[path], 0.99)) for path in PATHS},
+                "pooled_ttft_p99_ms": {path: _ms(pct(pooled[path], 0.99)) for path in paths},
                 "pooled_added_ttft_p99_ms": _ms(pct(pooled["gateway"], 0.99) - pct(pooled["direct"], 0.99))}
     finally:
         for ch in channels.values():
@@ -209,24 +224,29 @@ def main() -> int:
     parser.add_argument("--gap-ms", type=int, default=20, help="toy_llm's delay between responses")
     parser.add_argument("--saturate", type=float, default=4.0, help="seconds of each saturation slice (0: skip)")
     parser.add_argument("--saturate-tokens", type=int, default=32, help="responses per saturating stream")
+    parser.add_argument("--unmetered", action="store_true",
+                        help="also a gateway metering nothing: the cost of forwarding alone")
     args = parser.parse_args()
     args.metadata = (("x-tenant-id", "t0"), ("x-service-name", "chat-web"))
     work = Path(tempfile.mkdtemp(prefix="inferwatch-bench-grpc-"))
     triton = start_triton(work / "triton")
-    gateway = None
+    gateways: dict[str, ManagedProcess] = {}
     try:
-        (work / "gateway.yaml").write_text(json.dumps({"tenants": ["t0"], "models": ["toy_llm"],
-                                                       "tiers": {"realtime": {"services": ["chat-web"]}}}))
-        port, http_port, metrics_port = free_port(), free_port(), free_port()
-        gateway = ManagedProcess("gateway", [
-            sys.executable, "-m", "inferwatch.cli", "exporter", "gateway", "--upstream", triton.url,
-            "--port", str(http_port), "--metrics-port", str(metrics_port), "--spec", str(work / "gateway.yaml"),
-            "--grpc-upstream", f"127.0.0.1:{triton.grpc_port}", "--grpc-port", str(port)],
-            work / "gateway.log", ready=lambda: _live(f"127.0.0.1:{port}"))
-        gateway.start(timeout=60)
-        addresses = {"direct": f"127.0.0.1:{triton.grpc_port}", "gateway": f"127.0.0.1:{port}"}
+        base = {"tenants": ["t0"], "models": ["toy_llm"], "tiers": {"realtime": {"services": ["chat-web"]}}}
+        addresses = {"direct": f"127.0.0.1:{triton.grpc_port}"}
+        for name in GATEWAYS[:2 if args.unmetered else 1]:
+            spec = {**base, "gateway": {"llm_models": ["no-served-model"]}} if name == "unmetered" else base
+            (work / f"{name}.yaml").write_text(json.dumps(spec))
+            port, http_port, metrics_port = free_port(), free_port(), free_port()
+            gateways[name] = ManagedProcess(name, [
+                sys.executable, "-m", "inferwatch.cli", "exporter", "gateway", "--upstream", triton.url,
+                "--port", str(http_port), "--metrics-port", str(metrics_port), "--spec", str(work / f"{name}.yaml"),
+                "--grpc-upstream", f"127.0.0.1:{triton.grpc_port}", "--grpc-port", str(port)],
+                work / f"{name}.log", ready=lambda port=port: _live(f"127.0.0.1:{port}"))
+            gateways[name].start(timeout=60)
+            addresses[name] = f"127.0.0.1:{port}"
         load_before = os.getloadavg()[0]
-        result = asyncio.run(measure(addresses, gateway.proc.pid, args))
+        result = asyncio.run(measure(addresses, {n: g.proc.pid for n, g in gateways.items()}, args))
         figures = summary(result["rounds"])
         checks = verdict({k: v["median"] for k, v in figures.items()})
         print(json.dumps({"streams": args.streams, "rounds": args.rounds,
@@ -237,7 +257,7 @@ def main() -> int:
                           "within_budget": all(c["ok"] for c in checks.values()), "per_round": result["rounds"]}))
         return 0
     finally:
-        if gateway is not None:
+        for gateway in gateways.values():
             gateway.stop()
         triton.stop()
 
