@@ -108,14 +108,28 @@ def test_input_count_output_is_read_and_trailers_carry_the_sum():
 @pytest.mark.parametrize("kw,why", [
     (dict(count=-1), "negative"),
     (dict(count=3, count_type="FP32"), "not an integer"),
+    (dict(count=2**31, count_type="INT64"), "above"),  # one past the largest count (2^31 - 1)
+    (dict(count=2**31, count_type="UINT32"), "above"),
+    (dict(count=2**31, count_type="INT64", raw=False), "above"),
+    (dict(count=3, inputs=-2), "negative"),  # the input count is held to the same rule
 ])
 def test_a_count_that_is_not_one_makes_the_request_unmetered(kw, why):
     m, metrics, usages, _ = meter()
+    seen = []
+    m.on_unmetered = lambda reason, model, text, value: seen.append(text)
     m.request(request("r"))
     m.response(stream_response("r", final=True, **kw))
     assert (usages[0].output_tokens, usages[0].unmetered) == (None, "invalid_count")
+    assert len(seen) == 1 and why in seen[0]
     assert sample(metrics, "gateway_unmetered_responses_total", model="toy_llm", reason="invalid_count") == 1
     assert m.token_trailers() == []  # unknown is never sent as a count
+
+
+def test_the_largest_count_is_a_count():
+    m, _, usages, _ = meter()
+    m.request(request("r"))
+    m.response(stream_response("r", count=2**31 - 1, count_type="INT64", final=True))
+    assert (usages[0].output_tokens, usages[0].unmetered) == (2**31 - 1, None)
 
 
 def test_a_count_going_back_is_invalid():

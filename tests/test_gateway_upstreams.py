@@ -117,3 +117,38 @@ def test_upstream_flags(upstreams, given, want):
         assert want in str(err.value) and "s3cret" not in str(err.value)
     else:
         assert upstream_urls(spec, given) == want
+
+
+@pytest.mark.parametrize("upstreams, refused", [
+    (None, None),  # no upstreams: every model is Triton's
+    ({"triton": {"url": "http://triton:8000"}, "vllm": {"url": "http://vllm:8000", "kind": "openai"}}, None),
+    ({"a": {"url": "http://a:8000"}, "b": {"url": "http://b:8000", "models": ["classifier"]}},
+     "list 2 Triton servers (a, b)"),
+    ({"vllm": {"url": "http://vllm:8000", "kind": "openai"}}, "list no Triton server"),
+])
+def test_grpc_upstream_with_the_specs_upstreams(upstreams, refused):
+    """The gRPC listener forwards to one address: it combines with at most one Triton in `upstreams`."""
+    from inferwatch.cli import UsageError
+    from inferwatch.exporters.gateway.cli import check_grpc_fleet
+    from inferwatch.spec import spec_from_dict
+
+    spec = spec_from_dict({**TEST_SPEC, **({"upstreams": upstreams} if upstreams else {})})
+    if refused is None:
+        check_grpc_fleet(spec)
+    else:
+        with pytest.raises(UsageError) as err:
+            check_grpc_fleet(spec)
+        assert refused in str(err.value) and "--grpc-upstream" in str(err.value)
+
+
+def test_gateway_refuses_grpc_upstream_with_two_tritons_at_start(tmp_path):
+    import subprocess
+    import sys
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({**TEST_SPEC, "upstreams": {"a": {"url": "http://127.0.0.1:9"},
+                                                            "b": {"url": "http://127.0.0.1:10"}}}))
+    done = subprocess.run([sys.executable, "-m", "inferwatch.cli", "exporter", "gateway", "--spec", str(spec),
+                           "--grpc-upstream", "127.0.0.1:8001"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "2 Triton servers (a, b)" in done.stderr and "Traceback" not in done.stderr

@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--grpc-port must differ from --port and --metrics-port (all {args.grpc_port})")
     spec = load_spec(args.spec)
     urls = upstream_urls(spec, args.upstream)
+    if args.grpc_upstream is not None:
+        check_grpc_fleet(spec)
     tls = grpc_tls(spec) if args.grpc_upstream is not None else None
 
     def grpc_kwargs(gateway) -> dict:
@@ -158,6 +160,24 @@ def check_grpc_upstream(address: str) -> None:
     if not sep or not host or "/" in address or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         raise UsageError("--grpc-upstream: expected HOST:PORT, such as 127.0.0.1:8001 or triton:8001 "
                          "(the value given is not shown: it may hold credentials)")
+
+
+def check_grpc_fleet(spec) -> None:
+    """Raise UsageError where `--grpc-upstream` and the spec's `upstreams` do not combine. The gRPC listener
+    forwards every call to its one address (calls are not routed by model), so the spec may name at most one
+    Triton server: with several, a call for a model of another Triton would get this one's NOT_FOUND; with
+    none, the address is a Triton the spec does not know (its models are no upstream's). Without `upstreams`
+    (every model is Triton's) anything goes."""
+    if not spec.upstreams:
+        return
+    tritons = [name for name, up in spec.upstreams.items() if up.kind == "triton"]
+    if len(tritons) > 1:
+        raise UsageError(f"--grpc-upstream: the spec's upstreams list {len(tritons)} Triton servers "
+                         f"({', '.join(tritons)}), and the gRPC listener forwards every call to one address (it "
+                         f"does not route calls by model): run one gateway per Triton for gRPC clients")
+    if not tritons:
+        raise UsageError("--grpc-upstream: the spec's upstreams list no Triton server (kind: triton), and gRPC "
+                         "is Triton's API: add the Triton that --grpc-upstream points at to `upstreams`")
 
 
 def grpc_tls(spec) -> tuple[bytes, bytes] | None:

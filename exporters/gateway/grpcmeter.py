@@ -39,7 +39,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
-from inferwatch.exporters.gateway.counts import InvalidCount, cumulative_count, token_count
+from inferwatch.exporters.gateway.counts import BACKWARDS, MAX_TOKENS, InvalidCount, token_count
 from inferwatch.exporters.gateway.labels import LabelPolicy
 from inferwatch.exporters.gateway.meter import RequestMeter, Usage
 from inferwatch.exporters.gateway.metrics import GatewayMetrics
@@ -69,16 +69,24 @@ _OUTCOME_OF = {grpc.StatusCode.OK: "ok", grpc.StatusCode.CANCELLED: "cancelled",
 _INT_SIZES = {"INT32": 4, "INT64": 8, "UINT32": 4, "UINT64": 8, "INT16": 2, "UINT16": 2, "INT8": 1, "UINT8": 1}
 
 
+_COUNT_FIELD = f"outputs.{COUNT_OUTPUT}"
+_INPUT_COUNT_FIELD = f"outputs.{INPUT_COUNT_OUTPUT}"
+_stream_response = service_pb2.ModelStreamInferResponse.FromString
+_infer_response = service_pb2.ModelInferResponse.FromString
+
+
 def _tensor_last_int(output, raw: bytes | None):
     """The last element of an integer output tensor (raw little-endian bytes or typed contents); None when
     the tensor holds no element. Raises InvalidCount for a type that is not an integer."""
-    size = _INT_SIZES.get(output.datatype)
+    datatype = output.datatype
+    size = _INT_SIZES.get(datatype)
     if size is None:
-        raise InvalidCount(f"outputs.{output.name}", "not an integer", output.datatype)
+        raise InvalidCount(f"outputs.{output.name}", "not an integer", datatype)
     if raw is not None:
-        if len(raw) < size:
+        n = len(raw)
+        if n < size:
             return None
-        return int.from_bytes(raw[len(raw) - size:], "little", signed=output.datatype.startswith("INT"))
+        return int.from_bytes(raw[n - size:] if n > size else raw, "little", signed=datatype[0] == "I")
     contents = output.contents
     for values in (contents.int_contents, contents.int64_contents, contents.uint_contents,
                    contents.uint64_contents):
@@ -100,20 +108,33 @@ def _text_nonempty(output, raw: bytes | None) -> bool:
     return any(output.contents.bytes_contents)
 
 
+def _count(value, field: str) -> int | None:
+    # An int within the count's range is the common case (Triton's INT32 counts), answered without a call
+    # into counts.token_count, which decides every other value (and raises its InvalidCount).
+    if value.__class__ is int and 0 <= value <= MAX_TOKENS:
+        return value
+    return token_count(value, field)
+
+
 def response_readings(response) -> tuple[int | None, int | None, bool]:
     """(cumulative output count or None, input count or None, has non-empty text) of a ModelInferResponse.
     Raises InvalidCount for a count output that is not a count."""
+    # Runs once per streamed response: each field of `response` is read once (every read of a upb
+    # message's field builds a new Python object).
     raws = response.raw_output_contents
+    nraws = len(raws)
     total = inputs = None
     text = False
-    for i, output in enumerate(response.outputs):
-        raw = raws[i] if i < len(raws) else None
-        if output.name == COUNT_OUTPUT:
-            total = token_count(_tensor_last_int(output, raw), f"outputs.{COUNT_OUTPUT}")
-        elif output.name == INPUT_COUNT_OUTPUT:
-            inputs = token_count(_tensor_last_int(output, raw), f"outputs.{INPUT_COUNT_OUTPUT}")
-        elif output.name == TEXT_OUTPUT and not text:
-            text = _text_nonempty(output, raw)
+    i = 0
+    for output in response.outputs:
+        name = output.name
+        if name == COUNT_OUTPUT:
+            total = _count(_tensor_last_int(output, raws[i] if i < nraws else None), _COUNT_FIELD)
+        elif name == INPUT_COUNT_OUTPUT:
+            inputs = _count(_tensor_last_int(output, raws[i] if i < nraws else None), _INPUT_COUNT_FIELD)
+        elif name == TEXT_OUTPUT and not text:
+            text = _text_nonempty(output, raws[i] if i < nraws else None)
+        i += 1
     return total, inputs, text
 
 
@@ -226,29 +247,31 @@ class CallMeter:
         """An upstream message (ModelStreamInferResponse on a stream, ModelInferResponse on ModelInfer)."""
         if self.abandoned or not (self.by_id or self.anonymous):
             return
-        now = self.clock() if now is None else now
+        if now is None:
+            now = self.clock()
         try:
             if self.streamed:
-                wrapper = service_pb2.ModelStreamInferResponse.FromString(data)
+                wrapper = _stream_response(data)
                 error, response = wrapper.error_message, wrapper.infer_response
             else:
-                error, response = "", service_pb2.ModelInferResponse.FromString(data)
+                error, response = "", _infer_response(data)
         except DecodeError:  # undecodable: the client gets it as sent; its request's counts stay as they are
             return
-        entry = self._entry(response.id)
+        request_id = response.id
+        entry = self._entry(request_id)
         if entry is None:
             return
         meter = entry.meter
         if error:
             meter.error_type = "triton_error"
-            self._pop(response.id, entry)
+            self._pop(request_id, entry)
             self._finish(meter, "error", 200, now)
             return
         if meter.unmetered is None:
             try:
                 total, inputs, text = response_readings(response)
-                if total is not None:
-                    total = cumulative_count(total, entry.cumulative, f"outputs.{COUNT_OUTPUT}")
+                if total is not None and total < entry.cumulative:
+                    raise InvalidCount(_COUNT_FIELD, BACKWARDS, total)
             except InvalidCount as exc:
                 meter.stop_metering("invalid_count")
                 meter.series.count_unmetered("invalid_count")
@@ -265,7 +288,7 @@ class CallMeter:
                 if inputs is not None and meter.input_tokens is None:
                     meter.input_tokens = inputs
         if not self.streamed or _is_final(response):
-            self._pop(response.id, entry)
+            self._pop(request_id, entry)
             self._finish(meter, "ok", 200, now)
 
     def end(self, code: grpc.StatusCode, now: float | None = None) -> None:
