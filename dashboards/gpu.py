@@ -24,7 +24,7 @@ from inferwatch.dashboards.builders import (
 )
 from inferwatch.rules import identity
 from inferwatch.rules.builders import regex_alternation
-from inferwatch.rules.gpu import MEMORY_RATIO
+from inferwatch.rules.gpu import MEMORY_RATIO, changed
 from inferwatch.spec import Spec
 
 NODE, GPU, NAMESPACE = 'node=~"$node"', 'gpu=~"$gpu"', 'namespace=~"$namespace"'
@@ -125,7 +125,7 @@ def build(spec: Spec) -> db.Dashboard:
         [query(f"sum by (node, gpu, xid) (increase({gpu('inferwatch_gpu_xid_errors_total', SEL)}"
                "[$__rate_interval])) > 0", LEGEND + " XID {{xid}}"),
          query(f"sum by (node, gpu, xid) ({gpu('DCGM_EXP_XID_ERRORS_COUNT', SEL)}) > 0", LEGEND + " XID {{xid}}"),
-         query(f"{xid_gauge} > 0\nand\nchanges(({xid_gauge})[$__rate_interval:]) > 0", LEGEND + " last XID changed")],
+         query(f"{xid_gauge} > 0\nand\n{changed(xid_gauge, '$__rate_interval')}", LEGEND + " last XID changed")],
         links=runbook_links(spec, ["GpuXidCritical", "GpuLost"]), min_val=0))
     board = board.with_panel(timeseries_panel(
         "Uncorrectable memory errors", "Double-bit ECC errors (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL increase) and "

@@ -19,7 +19,7 @@ import re
 from typing import Mapping
 
 __all__ = ["SOURCES", "DEFAULT_JOBS", "METRIC_PREFIXES", "SCRAPE_SERIES", "source_of", "Matcher", "Selector",
-           "SelectorError", "parse", "default_selector", "go_string"]
+           "SelectorError", "parse", "default_selector", "go_string", "label_arg"]
 
 # source -> what it is (spec field names and docs).
 SOURCES = {
@@ -76,6 +76,16 @@ def source_of(metric: str) -> str | None:
 
 def default_selector(source: str) -> str:
     return f'job="{DEFAULT_JOBS[source]}"'
+
+
+def label_arg(name: str) -> str:
+    """An alert's label `name` as a Go-template argument (`(index $labels "name")`), "" where the alert lacks
+    it. `$labels.name` on a missing label is nil, not "": Prometheus renders with `missingkey=zero`, vmalert
+    before 1.90 does not (its changelog: `missingkey=zero` from 1.90), so a `printf "...%q..." $labels.pod |
+    query` there runs `pod=%!q(<nil>)`, the query fails and vmalert drops the whole alert (vmalert fails a rule
+    on any template error, where Prometheus writes the error into the annotation). `index` of a missing map
+    key is the element type's zero value in every Go version, so both engines get ""."""
+    return f'(index $labels "{go_string(name)}")'
 
 
 def go_string(value: str) -> str:

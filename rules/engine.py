@@ -29,7 +29,7 @@ from inferwatch.rules import identity
 from inferwatch.rules.builders import MODEL_VERSION, by, num, ratio
 from inferwatch.rules.gpu import MEMORY_RATIO
 from inferwatch.rules.model import Alert, Group, Recording
-from inferwatch.selectors import Selector
+from inferwatch.selectors import Selector, label_arg
 from inferwatch.spec import Duration, Spec, SpecError
 
 MV = by(MODEL_VERSION)
@@ -105,10 +105,10 @@ def recording_rules(sel: Selector, window: str, horizon_s: int, lookback: str) -
 def _waiting_query(spec: Spec) -> tuple[str, str]:
     """(printf format, arguments) of the query naming an alert's waiting requests, in its cluster."""
     matchers = ["triton=%q", "model=%q", "version=%q"]
-    args = " $labels.triton $labels.model $labels.version"
+    args = "".join(f" {label_arg(n)}" for n in ("triton", "model", "version"))
     if spec.cluster.enabled:
         matchers.insert(0, f"{spec.cluster.label}=%q")
-        args = f" $labels.{spec.cluster.label}" + args
+        args = f" {label_arg(spec.cluster.label)}" + args
     return f"{WAITING}{{{','.join(matchers)}}}", args
 
 

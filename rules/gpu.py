@@ -23,7 +23,7 @@ from __future__ import annotations
 from inferwatch.rules import identity
 from inferwatch.rules.builders import exporter_down, indent, num, ratio, regex_alternation
 from inferwatch.rules.model import Alert, Group, Recording
-from inferwatch.selectors import Selector
+from inferwatch.selectors import Selector, label_arg
 from inferwatch.spec import Spec
 
 MEMORY_RATIO = "gpu:DCGM_FI_DEV_FB_USED:ratio"
@@ -55,6 +55,15 @@ def not_inferwatch(gpu: Selector, *others: str) -> str:
     return f"unless on (job, instance)\n({guards})" if others else f"unless on (job, instance)\n{guards}"
 
 
+def changed(expr: str, window: str) -> str:
+    """`expr`'s series whose value changed within `window` (an instant vector, the newest value): the max of a
+    subquery over `window` above its min. Not `changes(...) > 0`: MetricsQL's changes() counts a series' first
+    sample as a change (MetricsQL docs, `changes` against `changes_prometheus`), so under
+    vmalert a GPU first seen holding an old XID (a new exporter, a node joining) would read as a new XID; a
+    max above the min is "not every value alike" in both engines."""
+    return f"max_over_time(({expr})[{window}:]) > min_over_time(({expr})[{window}:])"
+
+
 def xid_events(gpu: Selector, xids: list[int], window: str, excluded: tuple[int, ...] = ()) -> str:
     """XID events of the listed codes in the last `window`, from whichever counter the exporter has: the
     inferwatch counter (label xid), dcgm-exporter's windowed count (label xid), or dcgm-exporter's last-XID
@@ -69,7 +78,7 @@ def xid_events(gpu: Selector, xids: list[int], window: str, excluded: tuple[int,
     values = " or ".join(f"{last} == {x}" for x in sorted(xids) if x not in excluded)
     return (f"increase({gpu('inferwatch_gpu_xid_errors_total', codes)}[{window}]) > 0\n"
             f"or\n{gpu('DCGM_EXP_XID_ERRORS_COUNT', codes)} > 0\n"
-            f"or\n(\n  ({values})\n  and\n  changes(({last})[{window}:]) > 0\n"
+            f"or\n(\n  ({values})\n  and\n  {changed(last, window)}\n"
             f"{indent(not_inferwatch(gpu, 'DCGM_EXP_XID_ERRORS_COUNT'))}\n)")
 
 
@@ -110,7 +119,7 @@ def _in_cluster(spec: Spec) -> tuple[str, str]:
     """(matcher, printf argument) scoping an annotation's query to the alert's cluster; ("", "") in one."""
     if not spec.cluster.enabled:
         return "", ""
-    return f"{spec.cluster.label}=%q", f" $labels.{spec.cluster.label}"
+    return f"{spec.cluster.label}=%q", f" {label_arg(spec.cluster.label)}"
 
 
 def groups(spec: Spec) -> list[Group]:

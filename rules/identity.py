@@ -78,7 +78,7 @@ def utilization(gpu: Selector, *matchers: str, keep: tuple[str, ...] = GPU_INSTA
     return "\nor on (UUID)\n".join(parts)
 
 
-def pods_holding(gpu: Selector, uuid_arg: str = "$labels.UUID", cluster: tuple[str, str] = ("", "")) -> str:
+def pods_holding(gpu: Selector, uuid_arg: str = '(index $labels "UUID")', cluster: tuple[str, str] = ("", "")) -> str:
     """A Go-template fragment for an alert's description: ` Pods on it: ns/pod, ...` for the pods holding the
     GPU (or its MIG instances), read at notification time from DCGM_FI_DEV_FB_USED's pod labels; nothing
     where no pod holds it. `cluster`: (matcher, printf argument) scoping the query to the alert's cluster."""

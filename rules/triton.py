@@ -48,7 +48,7 @@ from inferwatch.rules.llm import CANCELLED_RATE as LLM_CANCELLED_RATE
 from inferwatch.rules.llm import ERROR_RATE as LLM_ERROR_RATE
 from inferwatch.rules.llm import REQUESTS as LLM_REQUESTS
 from inferwatch.rules.model import Alert, Group, Recording
-from inferwatch.selectors import Selector, go_string
+from inferwatch.selectors import Selector, go_string, label_arg
 from inferwatch.spec import Spec
 from inferwatch.upstreams import triton_models
 
@@ -260,6 +260,12 @@ def _canary(l2, value: str, weight: str, *, relative: float, absolute: float) ->
     return "\nor\n".join(f"(\n{indent(p)}\n)" for p in parts)
 
 
+# printf arguments naming an alert's Triton replica and model (version) in its annotation queries; `pod` is
+# "" outside Kubernetes (label_arg), which matches the series without it.
+TRITON_MV_ARGS = " ".join(label_arg(n) for n in ("triton", "pod", "model", "version"))
+TRITON_M_ARGS = " ".join(label_arg(n) for n in ("triton", "model"))
+
+
 def _template_query(selector: Selector, metric: str, *matchers: str) -> str:
     """A selector inside an annotation's `printf "..."` (a Go string): its quotes and backslashes escaped."""
     return go_string(selector(metric, *matchers))
@@ -271,7 +277,7 @@ def _in_cluster(spec: Spec) -> tuple[str, str]:
     ("", "") without several clusters."""
     if not spec.cluster.enabled:
         return "", ""
-    return f"{spec.cluster.label}=%q", f" $labels.{spec.cluster.label}"
+    return f"{spec.cluster.label}=%q", f" {label_arg(spec.cluster.label)}"
 
 
 def not_loaded(spec: Spec, src: Sources) -> list[Alert]:
@@ -296,7 +302,7 @@ def not_loaded(spec: Spec, src: Sources) -> list[Alert]:
                   spec.layers.L2.for_, "critical",
                   "Model {{ $labels.model }} is in the spec's served models but no Triton has it loaded "
                   "(unloaded, or never loaded): every request to it fails with \"unknown model\"."
-                  f'{{{{ with printf "{rate}"{cluster_arg} $labels.model | query }}}}{{{{ range . }}}} '
+                  f'{{{{ with printf "{rate}"{cluster_arg} {label_arg("model")} | query }}}}{{{{ range . }}}} '
                   "Clients still send {{ .Value | printf \"%.3g\" }} req/s to it through the gateway."
                   "{{ end }}{{ end }}")]
 
@@ -336,7 +342,7 @@ def groups(spec: Spec) -> list[Group]:
                              "model=%q", "version=%q")
     failure = ",".join(m for m in (cluster, "triton=%q", "pod=%q", "model=%q", "version=%q") if m)
     reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{{failure}}} > 0)"{cluster_arg} '
-               f'$labels.triton $labels.pod $labels.model $labels.version | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
+               f'{TRITON_MV_ARGS} | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
                f'{{{{ $s.Labels.reason }}}} {{{{ $s.Value | printf "%.3g" }}}}/s{{{{ end }}}}')
     alerts = [
         Alert("TritonServerDown",
@@ -353,13 +359,13 @@ def groups(spec: Spec) -> list[Group]:
         Alert("TritonModelNotReady", f"{src.collector('inferwatch_triton_model_ready')} == 0", l2.for_, "critical",
               f"Model {MODEL} is not READY"
               f'{{{{ with printf "{state} == 1"{cluster_arg} '
-              f"$labels.triton $labels.pod $labels.model $labels.version | query }}}}"
+              f"{TRITON_MV_ARGS} | query }}}}"
               f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}"
               f'{{{{ with printf "{step}"{cluster_arg} '
-              f"$labels.triton $labels.model | query }}}}{{{{ range . }}}}, a step of {{{{ .Labels.kind }}}} "
+              f"{TRITON_M_ARGS} | query }}}}{{{{ range . }}}}, a step of {{{{ .Labels.kind }}}} "
               f"{{{{ .Labels.parent }}}}{{{{ end }}}}{{{{ end }}}}"
               f'{{{{ with printf "{reason}"{cluster_arg} '
-              f"$labels.triton $labels.pod $labels.model $labels.version | query }}}}{{{{ range . }}}}; "
+              f"{TRITON_MV_ARGS} | query }}}}{{{{ range . }}}}; "
               f"Triton's reason: "
               f'{{{{ reReplaceAll "(?s)^(.{{{REASON_CHARS}}}).+$" "${{1}}…" .Labels.reason }}}}'
               f"{{{{ end }}}}{{{{ end }}}}"
