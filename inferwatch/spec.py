@@ -210,6 +210,8 @@ class Selectors:
     alertmanager: str = _selector("alertmanager")
     prometheus: str = _selector("prometheus")
     prometheus_alerts: str = _selector("prometheus_alerts")
+    # The engines' families wherever they are served: Triton's :8002 or a vLLM server's own job.
+    engine: str = _selector("engine")
 
     def of(self, source: str):
         """The parsed Selector of `source` (a key of inferwatch.selectors.SOURCES)."""
