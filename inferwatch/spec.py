@@ -230,6 +230,10 @@ class Selectors:
                 raise SpecError(f"{path}.{source}", f"expected a PromQL label selector such as "
                                                     f"'job=\"triton\"': {exc}") from None
             key = frozenset(selector.matchers)
+            if source == "engine":
+                # The engines' families are told apart by name and may be served on Triton's port only:
+                # `engine` may share the Triton selector.
+                continue
             if key in seen:
                 raise SpecError(f"{path}.{source}", f"selects the same series as {path}.{seen[key]} "
                                                     f"({selector}): each source needs its own")

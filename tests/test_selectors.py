@@ -104,6 +104,13 @@ def test_two_sources_with_one_selector_are_refused():
     assert exc.value.path == "selectors.gateway"
 
 
+def test_the_engine_selector_may_be_triton_s():
+    # A fleet whose engines are all Triton backends: the engines' families are told apart by name.
+    spec = spec_from_dict({"selectors": {"triton": 'namespace="triton", service="triton-metrics"',
+                                         "engine": 'namespace="triton", service="triton-metrics"'}})
+    assert spec.selectors.of("engine") == spec.selectors.of("triton")
+
+
 def test_defaults_are_the_generated_jobs():
     spec = Spec()
     assert {s: str(spec.selectors.of(s)) for s in SOURCES} == {**{s: f'job="{j}"' for s, j in DEFAULT_JOBS.items()},
