@@ -16,8 +16,9 @@ from inferwatch.rules import engine
 from inferwatch.spec import Spec
 
 SEL = 'node=~"$node", triton=~"$triton", model=~"$model"'
-BY = "node, triton, model, version"
-LEGEND = "{{model}} v{{version}} ({{triton}}, {{backend}})"
+BY = engine.EV
+# A vLLM server of its own has no `triton` or `version`: its scraped address names it.
+LEGEND = "{{model}} v{{version}} ({{triton}} {{instance}} {{engine}}, {{backend}})"
 ROW = "LLM engines (TensorRT-LLM, vLLM)"
 
 
@@ -26,9 +27,10 @@ def _recorded(name: str) -> str:
 
 
 def with_engine_row(spec: Spec, board: db.Dashboard) -> db.Dashboard:
-    """`board` with the engine row and its panels appended (Triton's series through the `triton` selector)."""
+    """`board` with the engine row and its panels appended (the engines' series through the `engine`
+    selector)."""
     e = spec.layers.L2.engine
-    triton = spec.selectors.of("triton")
+    triton = spec.selectors.of("engine")
     kv_alerts = ["EngineKvCacheFull", "EngineKvCacheFillPredicted"]
     board = board.with_row(db.Row(ROW))
     board = board.with_panel(timeseries_panel(
@@ -45,7 +47,7 @@ def with_engine_row(spec: Spec, board: db.Dashboard) -> db.Dashboard:
         "KV cache blocks: used and free", "Used and free KV cache blocks of TensorRT-LLM engines "
         "(nv_trt_llm_kv_cache_block_metrics; vLLM exports only the used fraction).", "short",
         [query(f"max by ({BY}) ({triton(engine.TRT_KV, SEL, f'kv_cache_block_type={chr(34)}{kind}{chr(34)}')})",
-               "{{model}} v{{version}} ({{triton}}) " + kind) for kind in ("used", "free")],
+               "{{model}} v{{version}} ({{triton}} {{instance}}) " + kind) for kind in ("used", "free")],
         links=runbook_links(spec, ["EngineKvCacheFull"]), stacked=True, min_val=0))
     board = board.with_panel(timeseries_panel(
         "Waiting vs running vs maximum requests", "Requests waiting for the engine, running in its in-flight "

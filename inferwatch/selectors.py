@@ -18,8 +18,8 @@ import functools
 import re
 from typing import Mapping
 
-__all__ = ["SOURCES", "DEFAULT_JOBS", "METRIC_PREFIXES", "SCRAPE_SERIES", "source_of", "Matcher", "Selector",
-           "SelectorError", "parse", "default_selector", "go_string", "label_arg"]
+__all__ = ["SOURCES", "DEFAULT_JOBS", "DEFAULT_SELECTORS", "METRIC_PREFIXES", "SCRAPE_SERIES", "source_of",
+           "Matcher", "Selector", "SelectorError", "parse", "default_selector", "go_string", "label_arg"]
 
 # source -> what it is (spec field names and docs).
 SOURCES = {
@@ -31,6 +31,7 @@ SOURCES = {
     "alertmanager": "Alertmanager peers (the alerting path watching itself)",
     "prometheus": "Prometheus replicas (their own /metrics)",
     "prometheus_alerts": "Prometheus replicas' firing alerts, read from each one's /federate (HA)",
+    "engine": "LLM engines' own families (TensorRT-LLM and vLLM backends on Triton's /metrics, a vLLM server)",
 }
 # The jobs of the generated Prometheus configuration: the selectors' defaults.
 DEFAULT_JOBS = {
@@ -46,13 +47,23 @@ DEFAULT_JOBS = {
 # source -> name prefixes of the series it exposes (dcgm-exporter's DCGM_FI_*/DCGM_EXP_* included).
 METRIC_PREFIXES = {
     "gpu": ("DCGM_", "inferwatch_gpu_"),
-    "triton": ("nv_", "vllm:"),  # vllm:* = the vLLM backend re-exporting vLLM's families
+    "triton": ("nv_",),
     "triton_collector": ("inferwatch_triton_",),
     "gateway": ("gateway_",),
     "notifier": ("inferwatch_notifier_",),
     "alertmanager": ("alertmanager_",),
     "prometheus": ("prometheus_",),
     "prometheus_alerts": (),  # ALERTS, Prometheus' own series, with a `replica` label
+    # TensorRT-LLM backend's nv_trt_llm_* (longer than Triton's nv_: source_of takes the longest prefix),
+    # vLLM's vllm:* (a vLLM server, or Triton's vLLM backend re-exporting them).
+    "engine": ("nv_trt_llm_", "vllm:"),
+}
+# Sources without a job of their own: their default selector, where the job default does not apply.
+# `engine`: the engines' families come from Triton's :8002 (job `triton`, or the Prometheus Operator's job
+# named after Triton's Service, `triton-...`) or from a vLLM server scraped under its own job (the Prometheus
+# Operator names it after the Service, `vllm-...`); the family names (METRIC_PREFIXES) tell them apart.
+DEFAULT_SELECTORS = {
+    "engine": 'job=~"triton.*|vllm.*"',
 }
 # Series Prometheus writes for every target (`up`, `scrape_duration_seconds` ...): any source's selector.
 SCRAPE_SERIES = ("up", "scrape_")
@@ -71,11 +82,14 @@ class SelectorError(ValueError):
 def source_of(metric: str) -> str | None:
     """The source whose series `metric` is (by name prefix), or None for a recorded series, Prometheus' own
     (`up`, `scrape_*`, `ALERTS`) or an unknown name."""
-    return next((source for source, prefixes in METRIC_PREFIXES.items() if metric.startswith(prefixes)), None)
+    found = [(len(prefix), source) for source, prefixes in METRIC_PREFIXES.items() for prefix in prefixes
+             if metric.startswith(prefix)]
+    return max(found)[1] if found else None
 
 
 def default_selector(source: str) -> str:
-    return f'job="{DEFAULT_JOBS[source]}"'
+    """The selector of `source` where the spec gives none: DEFAULT_SELECTORS, else its generated job."""
+    return DEFAULT_SELECTORS.get(source) or f'job="{DEFAULT_JOBS[source]}"'
 
 
 def label_arg(name: str) -> str:

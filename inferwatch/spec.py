@@ -210,6 +210,8 @@ class Selectors:
     alertmanager: str = _selector("alertmanager")
     prometheus: str = _selector("prometheus")
     prometheus_alerts: str = _selector("prometheus_alerts")
+    # The engines' families wherever they are served: Triton's :8002 or a vLLM server's own job.
+    engine: str = _selector("engine")
 
     def of(self, source: str):
         """The parsed Selector of `source` (a key of inferwatch.selectors.SOURCES)."""
@@ -228,6 +230,10 @@ class Selectors:
                 raise SpecError(f"{path}.{source}", f"expected a PromQL label selector such as "
                                                     f"'job=\"triton\"': {exc}") from None
             key = frozenset(selector.matchers)
+            if source == "engine":
+                # The engines' families are told apart by name and may be served on Triton's port only:
+                # `engine` may share the Triton selector.
+                continue
             if key in seen:
                 raise SpecError(f"{path}.{source}", f"selects the same series as {path}.{seen[key]} "
                                                     f"({selector}): each source needs its own")

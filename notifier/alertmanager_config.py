@@ -142,14 +142,20 @@ def inhibit_rules(spec: Spec) -> list[dict]:
     rules = []
     for name, info in ALERTS.items():
         if {"critical", "warning"} <= set(info.severities):
-            same = [label for label in info.scope if label not in VARIANT_LABELS]
-            rules.append(_inhibit([f'alertname="{name}"', 'severity="critical"'],
-                                  [f'alertname="{name}"', 'severity="warning"'], [*same, *cluster]))
+            # One rule per shape of the alert's object where its scope alone does not name one (an engine on
+            # Triton's port, a vLLM server's engine core): each rule's labels are all present on that shape.
+            for shape in info.shapes or (info.scope,):
+                same = [label for label in shape if label not in VARIANT_LABELS]
+                rules.append(_inhibit([f'alertname="{name}"', 'severity="critical"'],
+                                      [f'alertname="{name}"', 'severity="warning"'], [*same, *cluster]))
     rules.append(_inhibit(['alertname="GpuMemoryUsageCritical"'], ['alertname="GpuMemoryUsageHigh"'],
                           ["node", "gpu", *cluster]))
     rules.append(_inhibit(['alertname="GpuNvmlLost"'], ['alertname="GpuLost"'], ["node", *cluster]))
+    # Alerts that carry node and triton in every shape, or in one of their shapes (an engine on Triton's port;
+    # a vLLM server of its own has neither, and the rules below require both on the target).
     triton_alerts = [n for n, info in ALERTS.items()
-                     if info.layer == "L2" and n != TRITON_ROOT and {"node", "triton"} <= set(info.scope)]
+                     if info.layer == "L2" and n != TRITON_ROOT
+                     and any({"node", "triton"} <= set(shape) for shape in (info.scope, *info.shapes))]
     rules.append(_inhibit([f'alertname=~"{_alternation(GPU_ROOTS)}"'],
                           [f'alertname=~"{_alternation(triton_alerts)}"'], ["node", *cluster]))
     rules.append(_inhibit([f'alertname="{TRITON_ROOT}"'], [f'alertname=~"{_alternation(triton_alerts)}"'],

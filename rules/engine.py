@@ -1,9 +1,14 @@
 """L2 rules of the LLM engines behind Triton: the KV cache, the in-flight batcher's running and waiting
 requests, preemptions and prefix-cache hits of the TensorRT-LLM and vLLM backends (docs/engine-signals.md).
 
-Both backends export through Triton's own `:8002/metrics` (so through the `triton` selector), one series per
-model and version (labels `model`, `version`; the scrape adds `node`, `triton`). Families and versions read
-are in docs/sources.md#llm-engines:
+The families are read through the `engine` selector (spec `selectors.engine`; default: Triton's jobs and
+jobs named `vllm...`), wherever they are served: both backends export through Triton's own `:8002/metrics`,
+one series per model and version (labels `model`, `version`; the scrape adds `node`, `triton`); a vLLM server
+of its own (not on Triton) labels its series `model_name` (the served model name) and `engine` (the engine
+core's index, one per data-parallel rank), which the recordings read as `model` and keep. One engine is one
+`IDENTITY`: `node, triton, pod, model, version` (a Triton replica's model version) plus `instance` (the
+scraped server: two vLLM replicas under one job, with neither `triton` nor `pod`, are two engines) and
+`engine`. Families and versions read are in docs/sources.md#llm-engines:
 
 - TensorRT-LLM backend (`tensorrtllm_backend` / TensorRT-LLM `triton_backend`, custom_metrics_reporter.cc):
   gauges `nv_trt_llm_request_metrics{request_type=active|max|scheduled|context|waiting}` (requests; `waiting`
@@ -32,7 +37,9 @@ from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.selectors import Selector, label_arg
 from inferwatch.spec import Duration, Spec, SpecError
 
-MV = by(MODEL_VERSION)
+# One engine: a Triton replica's model version, or a vLLM server's engine core (module doc).
+IDENTITY = MODEL_VERSION + ("instance", "engine")
+EV = by(IDENTITY)
 TRT_REQUESTS = "nv_trt_llm_request_metrics"
 TRT_KV = "nv_trt_llm_kv_cache_block_metrics"
 TRT_MEMORY = "nv_trt_llm_runtime_memory_metrics"
@@ -54,13 +61,24 @@ RUNNING_OF_MAX = "model_version:engine_requests_running:ratio_of_max"
 PREEMPTIONS = "model_version:engine_preemptions:rate"
 PREFIX_HITS = "model_version:engine_prefix_cache_hits:ratio"
 GPU_MEMORY_PREDICTED = "gpu:DCGM_FI_DEV_FB_USED:predicted_ratio"
-MODEL = ("{{ $labels.model }} version {{ $labels.version }} ({{ $labels.backend }}) on {{ $labels.triton }} "
-         "(node {{ $labels.node }})")
+# A vLLM server of its own has no `version`, `triton` or `node`: it is named by its scraped address.
+MODEL = ("{{ $labels.model }}{{ with $labels.version }} version {{ . }}{{ end }} ({{ $labels.backend }}) on "
+         "{{ with $labels.triton }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}"
+         "{{ with $labels.engine }} engine {{ . }}{{ end }}{{ with $labels.node }} (node {{ . }}){{ end }}")
+# vLLM's own label for the served model (a vLLM server); Triton's vLLM backend writes `model` instead.
+VLLM_MODEL_LABEL = "model_name"
+
+
+def as_model(expr: str) -> str:
+    """`expr` with a vLLM server's `model_name` copied to `model` (unchanged where `model_name` is absent or
+    empty: Triton's vLLM backend writes `model`)."""
+    return f'label_replace({expr}, "model", "$1", "{VLLM_MODEL_LABEL}", "(.+)")'
 
 
 def _gauge(sel: Selector, metric: str, *matchers: str) -> str:
-    # One series per model and version per Triton: `max by` only drops job and instance.
-    return f"max by ({MV}) ({sel(metric, *matchers)})"
+    # One series per engine: `max by` drops job (one engine scraped by two jobs is one) and model_name.
+    expr = sel(metric, *matchers)
+    return f"max by ({EV}) ({as_model(expr) if metric.startswith('vllm:') else expr})"
 
 
 def _trt(sel: Selector, metric: str, kind_label: str, kind: str) -> str:
@@ -68,26 +86,26 @@ def _trt(sel: Selector, metric: str, kind_label: str, kind: str) -> str:
 
 
 def recording_rules(sel: Selector, window: str, horizon_s: int, lookback: str) -> list[Recording | Alert]:
-    """The engine recordings (names in rules/names.py), each per `node, triton, model, version` plus
+    """The engine recordings (names in rules/names.py), each per engine (IDENTITY) plus
     `backend`: ratios 0-1, counts of requests, preemptions/s over `window`, forecasts `horizon_s` seconds
-    ahead fitted over `lookback` (a PromQL range). `sel`: the `triton` selector."""
+    ahead fitted over `lookback` (a PromQL range), each per IDENTITY. `sel`: the `engine` selector."""
     def rate(name: str) -> str:
-        return f"sum by ({MV}) (rate({sel(name)}[{window}]))"
+        return f"sum by ({EV}) ({as_model(f'rate({sel(name)}[{window}])')})"
 
     kv_vllm = "\nor\n".join(_gauge(sel, name) for name in VLLM_KV_USAGE)
-    prefix = "\nor\n".join(f"(\n{ratio(rate(hits), rate(queries), MODEL_VERSION)}\n)"
+    prefix = "\nor\n".join(f"(\n{ratio(rate(hits), rate(queries), IDENTITY)}\n)"
                            for hits, queries in zip(VLLM_PREFIX_HITS, VLLM_PREFIX_QUERIES, strict=True))
     used = _trt(sel, TRT_KV, "kv_cache_block_type", "used")
     blocks = _trt(sel, TRT_KV, "kv_cache_block_type", "max")
     return [
-        Recording(KV_USED, f"(\n{ratio(used, blocks, MODEL_VERSION)}\n) <= 1", TRT),
+        Recording(KV_USED, f"(\n{ratio(used, blocks, IDENTITY)}\n) <= 1", TRT),
         Recording(KV_USED, f"(\n{kv_vllm}\n) >= 0 <= 1", VLLM),
         Recording(WAITING, f"{_trt(sel, TRT_REQUESTS, 'request_type', 'waiting')} >= 0", TRT),
         Recording(WAITING, f"{_gauge(sel, VLLM_WAITING)} >= 0", VLLM),
         Recording(RUNNING, f"{_trt(sel, TRT_REQUESTS, 'request_type', 'active')} >= 0", TRT),
         Recording(RUNNING, f"{_gauge(sel, VLLM_RUNNING)} >= 0", VLLM),
         Recording(RUNNING_MAX, f"{_trt(sel, TRT_REQUESTS, 'request_type', 'max')} > 0", TRT),
-        Recording(RUNNING_OF_MAX, ratio(RUNNING, RUNNING_MAX, MODEL_VERSION), TRT),
+        Recording(RUNNING_OF_MAX, ratio(RUNNING, RUNNING_MAX, IDENTITY), TRT),
         Recording(PREEMPTIONS, rate(VLLM_PREEMPTIONS), VLLM),
         Recording(PREFIX_HITS, prefix, VLLM),
         # node-mixin's NodeFilesystemSpaceFillingUp: predict_linear over a lookback, reaching full within
@@ -103,9 +121,10 @@ def recording_rules(sel: Selector, window: str, horizon_s: int, lookback: str) -
 
 
 def _waiting_query(spec: Spec) -> tuple[str, str]:
-    """(printf format, arguments) of the query naming an alert's waiting requests, in its cluster."""
-    matchers = ["triton=%q", "model=%q", "version=%q"]
-    args = "".join(f" {label_arg(n)}" for n in ("triton", "model", "version"))
+    """(printf format, arguments) of the query naming an alert's waiting requests (its engine's: every
+    IDENTITY label, an absent one as "", which matches only series without it), in its cluster."""
+    matchers = [f"{label}=%q" for label in IDENTITY]
+    args = "".join(f" {label_arg(label)}" for label in IDENTITY)
     if spec.cluster.enabled:
         matchers.insert(0, f"{spec.cluster.label}=%q")
         args = f" {label_arg(spec.cluster.label)}" + args
@@ -140,13 +159,14 @@ def validate(spec: Spec, window_ms: int) -> None:
 
 def alerts(spec: Spec) -> list[Recording | Alert]:
     """The engine alerts (layer L2 from the registry), thresholds from `layers.L2.engine`. Identity labels:
-    `node, triton, model, version, backend` (one alert per engine), the GPU's labels for
+    IDENTITY (`node, triton, pod, model, version, instance, engine`; absent ones left out) plus `backend`: one
+    alert per engine. The GPU's labels for
     EngineGpuMemoryFillPredicted (GPUs of nodes running an engine, below GpuMemoryUsageHigh's threshold)."""
     e = spec.layers.L2.engine
     query, args = _waiting_query(spec)
     waiting = (f'{{{{ with printf "{query}"{args} | query }}}}{{{{ range . }}}} and '
                f'{{{{ .Value | printf "%.0f" }}}} requests wait{{{{ end }}}}{{{{ end }}}}')
-    full = f"{KV_USED} >= {{}}\nand on ({MV})\n{WAITING} >= {num(e.min_waiting_requests)}"
+    full = f"{KV_USED} >= {{}}\nand on ({EV})\n{WAITING} >= {num(e.min_waiting_requests)}"
     return [
         Alert("EngineKvCacheFull", full.format(num(e.kv_cache_warning_ratio)), e.for_, "warning",
               f"The KV cache of {MODEL} is {{{{ $value | humanizePercentage }}}} used{waiting}: new requests "
@@ -158,12 +178,12 @@ def alerts(spec: Spec) -> list[Recording | Alert]:
               f"{MODEL} preempts {{{{ $value | printf \"%.3g\" }}}} running requests per second (KV cache "
               "exhausted): their work is recomputed, so those requests slow down and the engine does less."),
         Alert("EngineWaitingRequestsGrowing",
-              f"deriv({WAITING}[{spec.prometheus.rate_window}]) > 0\nand on ({MV})\n"
+              f"deriv({WAITING}[{spec.prometheus.rate_window}]) > 0\nand on ({EV})\n"
               f"{WAITING} >= {num(e.min_waiting_requests)}", e.waiting_growth_for, "warning",
               f"The queue of {MODEL} grows by {{{{ $value | printf \"%.3g\" }}}} waiting requests per second "
               "and has grown for longer than the rate window: the engine is saturated, arrivals outpace it."),
         Alert("EngineKvCacheFillPredicted",
-              f"{KV_PREDICTED} >= 1\nand on ({MV})\n{KV_USED} < {num(e.kv_cache_warning_ratio)}", e.for_,
+              f"{KV_PREDICTED} >= 1\nand on ({EV})\n{KV_USED} < {num(e.kv_cache_warning_ratio)}", e.for_,
               "warning",
               f"At its growth over the last {lookback(spec)} the KV cache of {MODEL} is full within "
               f"{e.fill_horizon} (predicted {{{{ $value | humanizePercentage }}}}): requests will start to wait."),
@@ -183,6 +203,6 @@ def groups(spec: Spec) -> list[Group]:
     validate(spec, window.ms)
     e = spec.layers.L2.engine
     return [Group("inferwatch-engine.rules",
-                  recording_rules(spec.selectors.of("triton"), str(window), int(e.fill_horizon.seconds),
+                  recording_rules(spec.selectors.of("engine"), str(window), int(e.fill_horizon.seconds),
                                   str(lookback(spec)))),
             Group("inferwatch-engine.alerts", alerts(spec))]

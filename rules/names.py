@@ -139,6 +139,14 @@ DCGM = DEVICE + ("Hostname", "hostname", "DCGM_FI_DRIVER_VERSION") + POD
 MIG = ("GPU_I_PROFILE", "GPU_I_ID")  # only on a MIG instance's framebuffer series
 XID = ("xid", "window_size_in_ms")  # the XID counters' (dcgm-exporter's count is over a window)
 MODEL_VERSION = ("node", "triton", "pod", "model", "version")
+# One LLM engine (rules/engine.py IDENTITY): a Triton replica's model version, or a vLLM server (`instance`)
+# and its engine core (`engine`, vLLM's label).
+ENGINE = MODEL_VERSION + ("instance", "engine")
+# What every engine alert carries, whichever shape: a vLLM server of its own has no node, triton or version.
+ENGINE_SCOPE = ("instance", "model")
+# An engine on Triton's port (a model version on a Triton replica), a vLLM server's engine core.
+ENGINE_SHAPES = (("node", "triton", "instance", "model", "version", "backend"),
+                 ("instance", "model", "engine", "backend"))
 TENANT_MODEL_TIER = ("tenant", "model", "tier")
 
 
@@ -154,6 +162,9 @@ class AlertInfo:
     extra_labels: tuple[str, ...] = ()  # labels besides layer/severity the rule itself sets
     labels: tuple[str, ...] = ()
     scope: tuple[str, ...] = ()
+    # Where the scope alone names no one object: the labels that name it in each shape the alert takes, all
+    # present on that shape (an engine on Triton's port, a vLLM server's engine core). Inhibition keys on them.
+    shapes: tuple[tuple[str, ...], ...] = ()
 
 
 def _info(layer: str, severities: tuple[str, ...], summary: str, labels: tuple[str, ...],
@@ -212,15 +223,19 @@ ALERTS: dict[str, AlertInfo] = {
         "L2", _W, "A newer model version is worse than the older versions still serving.", MODEL_VERSION,
         extra=("signal",)),
     "TritonCollectorDown": _info("L2", _W, "The inferwatch Triton collector cannot be scraped.", SCRAPE, ("job",)),
-    # L2 engines (rules/engine.py): per model version and backend; the GPU forecast per GPU of an engine node.
-    "EngineKvCacheFull": _info("L2", ("critical", "warning"), "An LLM engine's KV cache is full and requests wait.",
-                               MODEL_VERSION, extra=("backend",)),
-    "EnginePreemptionsHigh": _info("L2", _W, "An LLM engine preempts running requests.", MODEL_VERSION,
-                                   extra=("backend",)),
-    "EngineWaitingRequestsGrowing": _info("L2", _W, "An LLM engine's queue of waiting requests keeps growing.",
-                                          MODEL_VERSION, extra=("backend",)),
-    "EngineKvCacheFillPredicted": _info("L2", _W, "An LLM engine's KV cache is predicted to fill soon.",
-                                        MODEL_VERSION, extra=("backend",)),
+    # L2 engines (rules/engine.py): per engine and backend; the GPU forecast per GPU of an engine node.
+    "EngineKvCacheFull": dataclasses.replace(
+        _info("L2", ("critical", "warning"), "An LLM engine's KV cache is full and requests wait.", ENGINE,
+              ENGINE_SCOPE, extra=("backend",)), shapes=ENGINE_SHAPES),
+    "EnginePreemptionsHigh": dataclasses.replace(
+        _info("L2", _W, "An LLM engine preempts running requests.", ENGINE, ENGINE_SCOPE, extra=("backend",)),
+        shapes=ENGINE_SHAPES),
+    "EngineWaitingRequestsGrowing": dataclasses.replace(
+        _info("L2", _W, "An LLM engine's queue of waiting requests keeps growing.", ENGINE, ENGINE_SCOPE,
+              extra=("backend",)), shapes=ENGINE_SHAPES),
+    "EngineKvCacheFillPredicted": dataclasses.replace(
+        _info("L2", _W, "An LLM engine's KV cache is predicted to fill soon.", ENGINE, ENGINE_SCOPE,
+              extra=("backend",)), shapes=ENGINE_SHAPES),
     "EngineGpuMemoryFillPredicted": _info("L2", _W, "The GPU memory of an LLM engine node is predicted to fill soon.",
                                           GPU_INSTANCE, SCRAPE + DEVICE),
     # L3 ---------------------------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ import time
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engine"
+# The titles of the Triton dashboard's "LLM engines" row (dashboards/engine.py), in order.
+ENGINE_PANELS = ["KV cache used", "KV cache blocks: used and free", "Waiting vs running vs maximum requests",
+                 "Preemptions", "Prefix-cache hits"]
 SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{[^}]*\})? (?P<value>\S+)$")
 
 
@@ -103,3 +106,23 @@ class EngineExposition:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def engine_row(board: dict) -> list[dict]:
+    """The panels of a generated Triton dashboard's "LLM engines" row, in order (empty without the row)."""
+    from inferwatch.dashboards.engine import ROW
+
+    panels, in_row = [], False
+    for panel in board["panels"]:
+        if panel.get("type") == "row":
+            in_row = panel.get("title") == ROW
+            continue
+        if in_row:
+            panels.append(panel)
+    return panels
+
+
+def concrete(expr: str, rate_interval: str = "10s") -> str:
+    """A panel query as Prometheus can run it: Grafana's `$__rate_interval` given, every dashboard variable
+    (`$node`, `${model}`) matching anything."""
+    return re.sub(r"\$\{?[a-z_]+\}?", ".*", expr.replace("$__rate_interval", rate_interval))

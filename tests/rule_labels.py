@@ -46,7 +46,7 @@ EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("nv_trt_llm_request_metrics", ("model", "version", "request_type"), _REPLICA),
     ("nv_trt_llm_kv_cache_block_metrics", ("model", "version", "kv_cache_block_type"), _REPLICA),
     ("nv_trt_llm_runtime_memory_metrics", ("model", "version", "memory_type"), _REPLICA),
-    ("vllm:", ("model", "version"), _REPLICA),
+    ("vllm:", ("model", "version"), _REPLICA),  # Triton's vLLM backend; a vLLM server: VLLM_SERVER below
     ("inferwatch_triton_model_ready", ("triton", "model", "version"), _REPLICA),
     ("inferwatch_triton_model_state", ("triton", "model", "version", "state"), _REPLICA),
     ("inferwatch_triton_model_", ("triton", "model"), _REPLICA),
@@ -62,6 +62,12 @@ EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("prometheus_rule_evaluation_failures_total", ("rule_group",), ()),
     ("ALERTS", ("alertname", "alertstate", "replica"), ()),  # federated copies (plus the alert's own labels)
 )
+
+
+# A vLLM server of its own (spec `selectors.engine`, a job of its own, e.g. a ServiceMonitor's `vllm`): vLLM's
+# labels model_name (the served model) and engine (the engine core's index; the V1 engine's, the only one
+# from vLLM 0.11: vllm/v1/metrics/loggers.py labelnames), plus the operator's target labels in Kubernetes.
+VLLM_SERVER = (("model_name", "engine"), ("namespace", "pod", "service", "endpoint", "container"))
 
 
 @dataclasses.dataclass
@@ -104,6 +110,9 @@ def alert_rules(spec, series_labels: tuple[str, ...] = ()) -> list[AlertRule]:
         if name == "up":
             return [base]
         sure, maybe = next((s, m) for p, s, m in EXPORTER_LABELS if name.startswith(p))
+        if name.startswith("vllm:"):
+            own = Branch(frozenset({"job", "instance", *series_labels}), frozenset({"job", "instance", *series_labels}))
+            return [base.add(sure, maybe), own.add(*VLLM_SERVER)]
         return [base.add(sure, maybe)]
 
     flow = LabelFlow(source, recorded)

@@ -22,6 +22,8 @@ OPERATOR = {
     "alertmanager": 'namespace="monitoring", service="kube-prometheus-stack-alertmanager"',
     "prometheus": 'namespace="monitoring", service="kube-prometheus-stack-prometheus"',
     "prometheus_alerts": 'job="monitoring/prometheus-federated-alerts"',
+    # Triton's Service and a vLLM Deployment's Service in the llm namespace.
+    "engine": 'namespace=~"triton|llm", service=~"triton-metrics|vllm-.*"',
 }
 
 

@@ -9,7 +9,6 @@ only) and vLLM 0.10 (both spellings of every renamed family; the newer is read, 
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -17,9 +16,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine_support import FIXTURES, EngineExposition
+from engine_support import ENGINE_PANELS, FIXTURES, EngineExposition, concrete, engine_row
 from inferwatch.cli import main as cli_main
-from inferwatch.dashboards.engine import ROW
 from inferwatch.dashboards.generate import dashboards
 from inferwatch.rules import engine
 from inferwatch.rules.generate import RULES_DIR, outputs
@@ -165,21 +163,11 @@ def test_live_recordings_alert_dashboard_and_triage(live):
     wait_value(prom, 'ALERTS{alertname="EnginePreemptionsHigh", alertstate="firing"}',
                lambda s: [x["metric"]["triton"] for x in s] == ["triton-vllm"], "EnginePreemptionsHigh")
     # Every query of the dashboard's engine row returns data now.
-    board = dashboards(spec)["triton"]
-    panels, in_row = [], False
-    for panel in board["panels"]:
-        if panel.get("type") == "row":
-            in_row = panel.get("title") == ROW
-            continue
-        if in_row:
-            panels.append(panel)
-    assert [p["title"] for p in panels] == ["KV cache used", "KV cache blocks: used and free",
-                                            "Waiting vs running vs maximum requests", "Preemptions",
-                                            "Prefix-cache hits"]
+    panels = engine_row(dashboards(spec)["triton"])
+    assert [p["title"] for p in panels] == ENGINE_PANELS
     for panel in panels:
         for target in panel["targets"]:
-            expr = re.sub(r"\$\{?[a-z_]+\}?", ".*", target["expr"].replace("$__rate_interval", "10s"))
-            wait_value(prom, expr, lambda s: len(s) > 0, f"panel {panel['title']}")
+            wait_value(prom, concrete(target["expr"]), lambda s: len(s) > 0, f"panel {panel['title']}")
     hits = wait_value(prom, f'{engine.PREFIX_HITS}{{triton="triton-next"}}', lambda s: len(s) == 1,
                       "prefix-cache hit ratio")
     assert one(hits) == pytest.approx(0.25, rel=0.1)

@@ -154,6 +154,27 @@ TABLE = [
       alert("TritonServerNotReady", "L2", "critical", node="n16", triton="t16b")], {0: False, 1: True, 2: False}),
     ([alert("TritonModelNotReady", "L2", "critical", triton="t17", model="m", version="1"),
       alert("TritonServerNotReady", "L2", "critical", triton="t17")], {1: False}),
+    # LLM engines, one object per engine: on Triton's port a model version on one replica (held back by its
+    # Triton being down); a vLLM server of its own (no node, no triton, no version) by instance and engine core.
+    ([alert("EngineKvCacheFull", "L2", "critical", node="n18", triton="t18", instance="t18:8002", model="m",
+            version="1", backend="tensorrt_llm"),
+      alert("EngineKvCacheFull", "L2", "warning", node="n18", triton="t18", instance="t18:8002", model="m",
+            version="1", backend="tensorrt_llm"),
+      alert("EngineKvCacheFull", "L2", "warning", node="n18", triton="t18", instance="t18:8002", model="m",
+            version="2", backend="tensorrt_llm")], {1: True, 2: False}),
+    ([alert("EngineKvCacheFull", "L2", "critical", instance="gpu-19:8000", model="llama", engine="0",
+            backend="vllm"),
+      alert("EngineKvCacheFull", "L2", "warning", instance="gpu-19:8000", model="llama", engine="0",
+            backend="vllm"),
+      alert("EngineKvCacheFull", "L2", "warning", instance="gpu-19:8000", model="llama", engine="1",
+            backend="vllm"),
+      alert("EngineKvCacheFull", "L2", "warning", instance="gpu-19b:8000", model="llama", engine="0",
+            backend="vllm")], {1: True, 2: False, 3: False}),
+    ([alert("TritonServerDown", "L2", "critical", node="n20", triton="t20"),
+      alert("EngineWaitingRequestsGrowing", "L2", "warning", node="n20", triton="t20", instance="t20:8002",
+            model="m", version="1", backend="vllm"),
+      alert("EngineWaitingRequestsGrowing", "L2", "warning", instance="n20:8000", model="m", engine="0",
+            backend="vllm")], {1: True, 2: False}),
 ]
 
 

@@ -19,7 +19,16 @@ from inferwatch.dashboards.generate import dashboards
 from inferwatch.rules.generate import PROMETHEUS_RULE, RULES_DIR, outputs
 from inferwatch.rules.metricrefs import template_queries
 from inferwatch.rules.promconfig import prometheus_config, scrape_jobs, unmatched_selectors
-from inferwatch.selectors import DEFAULT_JOBS, SCRAPE_SERIES, SOURCES, Matcher, SelectorError, parse, source_of
+from inferwatch.selectors import (
+    DEFAULT_JOBS,
+    DEFAULT_SELECTORS,
+    SCRAPE_SERIES,
+    SOURCES,
+    Matcher,
+    SelectorError,
+    parse,
+    source_of,
+)
 from inferwatch.spec import PrometheusReplica, Spec, SpecError, spec_from_dict
 from inferwatch.triage.engine import triage_alert
 from inferwatch.triage.evidence import load_runbooks
@@ -95,9 +104,36 @@ def test_two_sources_with_one_selector_are_refused():
     assert exc.value.path == "selectors.gateway"
 
 
+def test_the_engine_selector_may_be_triton_s():
+    # A fleet whose engines are all Triton backends: the engines' families are told apart by name.
+    spec = spec_from_dict({"selectors": {"triton": 'namespace="triton", service="triton-metrics"',
+                                         "engine": 'namespace="triton", service="triton-metrics"'}})
+    assert spec.selectors.of("engine") == spec.selectors.of("triton")
+
+
 def test_defaults_are_the_generated_jobs():
     spec = Spec()
-    assert {s: str(spec.selectors.of(s)) for s in SOURCES} == {s: f'job="{j}"' for s, j in DEFAULT_JOBS.items()}
+    assert {s: str(spec.selectors.of(s)) for s in SOURCES} == {**{s: f'job="{j}"' for s, j in DEFAULT_JOBS.items()},
+                                                              **DEFAULT_SELECTORS}
+
+
+# The engines' families: on Triton's port (its generated job, the operator's job after Triton's Service) or a
+# vLLM server under its own job (a ServiceMonitor's job is its Service's name); other jobs are not engines.
+@pytest.mark.parametrize("job, picked", [
+    ("triton", True), ("triton-metrics", True), ("vllm", True), ("vllm-llama-3-8b", True),
+    ("inferwatch-triton", False), ("inferwatch-gateway", False), ("federate", False), ("my-vllm", False),
+])
+def test_the_engine_default_picks_triton_and_vllm_jobs(job, picked):
+    assert Spec().selectors.of("engine").matches({"job": job, "instance": "x:1"}) is picked
+
+
+@pytest.mark.parametrize("metric, source", [
+    ("nv_trt_llm_kv_cache_block_metrics", "engine"), ("vllm:kv_cache_usage_perc", "engine"),
+    ("vllm:gpu_cache_usage_perc", "engine"), ("nv_inference_count", "triton"), ("nv_gpu_utilization", "triton"),
+    ("inferwatch_triton_model_ready", "triton_collector"), ("model_version:engine_kv_cache_used:ratio", None),
+])
+def test_a_series_belongs_to_the_source_of_its_longest_prefix(metric, source):
+    assert source_of(metric) == source
 
 
 # ---------------------------------------------------------------------------------- every query, selected
@@ -251,13 +287,15 @@ def test_the_generated_scrape_config_gives_each_source_what_its_selector_picks(s
     spec = dataclasses.replace(spec, ha=dataclasses.replace(spec.ha, prometheus=[
         PrometheusReplica("prom-a:9090", "a"), PrometheusReplica("prom-b:9090", "b")]))
     jobs = scrape_jobs(spec)
-    assert {source for source, _job in jobs} == set(SOURCES)
+    # The engines have no job of their own: their families are on Triton's port (or a vLLM server's job).
+    assert {source for source, _job in jobs} == set(SOURCES) - set(DEFAULT_SELECTORS)
     for source, job in jobs:
         for static in job["static_configs"]:
             labels = {"job": job["job_name"], "instance": static["targets"][0], **static["labels"]}
             assert spec.selectors.of(source).matches(labels), (source, labels)
-            others = [s for s in SOURCES if s != source and spec.selectors.of(s).matches(labels)]
+            others = [s for s in SOURCES if s not in (source, "engine") and spec.selectors.of(s).matches(labels)]
             assert others == [], (source, labels)
+            assert spec.selectors.of("engine").matches(labels) is (source == "triton"), (source, labels)
     assert unmatched_selectors(spec) == []
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump({**prometheus_config(spec), "rule_files": []}))

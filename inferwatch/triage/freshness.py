@@ -36,7 +36,7 @@ __all__ = ["SourceState", "sources_read", "check_sources", "STALE_SCRAPES"]
 
 STALE_SCRAPES = 2   # newest scrape older than this many scrape intervals: the source stopped reporting
 AGE_LOOKBACK = "1h"  # how far back the newest scrape is looked for; none in it: freshness unknown
-NODE_LOCAL = ("gpu", "triton")
+NODE_LOCAL = ("gpu", "triton", "engine")  # engine: on Triton's port or a vLLM server, one per node or more
 _SELECTOR_REF = re.compile(r"\$([a-z][a-z0-9_]*)_selector\b")
 _UP_BEFORE = re.compile(r"\bup\{\s*$")
 
