@@ -1,0 +1,295 @@
+"""deploy/kubernetes/gates/: the canary gates and scaler `inferwatch generate` writes, validated offline
+against the Argo Rollouts, Flagger and KEDA CRD schemas (tests/fixtures/gates/crds, see update_crd_schemas.py
+there); their queries read only the alerts' recording rules and parse in promtool; one spec change moves the
+alert and every gate together; and the condition evaluator the behaviour test relies on (gates_support.py)
+is checked against a table here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from gates_support import (
+    ERROR,
+    FAILED,
+    INCONCLUSIVE,
+    RUNNING,
+    SUCCESSFUL,
+    condition,
+    fill_argo,
+    fill_flagger,
+    flagger_check,
+    measurement,
+    run_phase,
+)
+from inferwatch.gates import generate as ggen
+from inferwatch.gates import objects
+from inferwatch.rules.generate import outputs as rules_outputs
+from inferwatch.rules.generate import rule_groups
+from inferwatch.rules.metricrefs import metric_names
+from inferwatch.rules.model import Alert, Recording
+from inferwatch.spec import spec_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / ggen.OUT_DIR
+CRDS = ROOT / "tests/fixtures/gates/crds"
+KINDS = {"AnalysisTemplate", "MetricTemplate", "ScaledObject"}
+
+
+def _raw() -> dict:
+    return yaml.safe_load((ROOT / "inferwatch.yaml").read_text())
+
+
+def _docs(files: dict[str, str]) -> list[dict]:
+    component = yaml.safe_load(files["kustomization.yaml"])
+    return [d for name in component["resources"] for d in yaml.safe_load_all(files[name]) if d]
+
+
+def _gate_files(spec) -> dict[str, str]:
+    """The component for `spec` as on disk (its generator alone: `render_all` runs every generator)."""
+    return {Path(rel).name: text for rel, text in ggen.outputs(spec).items()}
+
+
+def committed() -> dict[str, str]:
+    return {p.name: p.read_text(encoding="utf-8") for p in OUT.glob("*.yaml")}
+
+
+def schema_of(doc: dict) -> dict:
+    return json.loads((CRDS / f"{doc['kind'].lower()}-{doc['apiVersion'].split('/')[-1]}.json").read_text())
+
+
+def errors_of(doc: dict, schema: dict | None = None) -> list[str]:
+    validator = jsonschema.Draft202012Validator(schema or schema_of(doc))
+    return [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(doc)]
+
+
+def analysis_errors(block: dict) -> list[str]:
+    """The Canary snippet's `analysis` against the Canary CRD's spec.analysis schema."""
+    schema = json.loads((CRDS / "canary-v1beta1.json").read_text())["properties"]["spec"]["properties"]["analysis"]
+    return [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft202012Validator(schema).iter_errors(block)]
+
+
+def gate_queries(files: dict[str, str]) -> dict[str, str]:
+    """{object/metric: query} of every gate and trigger."""
+    out = {}
+    for doc in _docs(files):
+        name = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] == "AnalysisTemplate":
+            out |= {f"{name}/{m['name']}": m["provider"]["prometheus"]["query"] for m in doc["spec"]["metrics"]}
+        elif doc["kind"] == "MetricTemplate":
+            out[name] = doc["spec"]["query"]
+        else:
+            out |= {f"{name}/{t['name']}": t["metadata"]["query"] for t in doc["spec"]["triggers"]}
+    return out
+
+
+# -------------------------------------------------------------------------------------------- freshness
+def test_committed_gates_are_what_the_spec_generates():
+    files = _gate_files(spec_from_dict(_raw()))
+    assert set(files) == set(committed()), "run `inferwatch generate`"
+    for name, text in files.items():
+        assert committed()[name] == text, f"{ggen.OUT_DIR}/{name} is stale: run `inferwatch generate`"
+
+
+def test_component_lists_every_object_file():
+    files = committed()
+    component = yaml.safe_load(files["kustomization.yaml"])
+    assert component["kind"] == "Component" and component["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
+    assert set(component["resources"]) == set(files) - {"kustomization.yaml", ggen.ANALYSIS_SNIPPET}
+
+
+# ---------------------------------------------------------------------------------------------- schemas
+def test_every_object_validates_against_its_crd():
+    docs = _docs(committed())
+    assert {d["kind"] for d in docs} == KINDS
+    assert len(docs) == 5  # two AnalysisTemplates, two MetricTemplates, one ScaledObject
+    for doc in docs:
+        assert errors_of(doc) == [], f"{doc['kind']}/{doc['metadata']['name']}"
+    snippet = yaml.safe_load(committed()[ggen.ANALYSIS_SNIPPET])
+    assert analysis_errors(snippet["analysis"]) == []
+
+
+@pytest.mark.parametrize("kind,path,field", [
+    ("AnalysisTemplate", ["spec", "metrics", 0], "failureLimits"),
+    ("AnalysisTemplate", ["spec", "metrics", 0, "provider", "prometheus"], "adress"),
+    ("MetricTemplate", ["spec", "provider"], "adress"),
+    ("ScaledObject", ["spec", "triggers", 0], "metadataa"),
+    ("ScaledObject", ["spec"], "maxReplicas"),
+])
+def test_a_misspelt_field_fails_validation(kind, path, field):
+    """The schemas are strict: an unknown field fails (so the validation above can fail)."""
+    doc = next(d for d in _docs(committed()) if d["kind"] == kind)
+    node = doc
+    for key in path:
+        node = node[key]
+    node[field] = node.get(field, "x") or "x"
+    assert any(field in e for e in errors_of(doc)), field
+
+
+def test_a_misspelt_analysis_field_fails_validation():
+    block = objects.canary_analysis(spec_from_dict(_raw()))
+    block["metrics"][0]["thresholdRnage"] = {"max": 0}
+    assert analysis_errors(block)
+
+
+# ------------------------------------------------------------------------------------------ the queries
+def test_queries_read_only_the_alerts_recording_rules():
+    """Never a second copy of the PromQL: every series a gate or trigger selects is a recording rule that an
+    alert of the same spec reads."""
+    spec = spec_from_dict(_raw())
+    groups = [g for area in rule_groups(spec).values() for g in area]
+    recorded = {r.record for g in groups for r in g.rules if isinstance(r, Recording)}
+    read_by_alerts = set().union(*(metric_names(r.expr) for g in groups for r in g.rules if isinstance(r, Alert)))
+    queries = gate_queries(_gate_files(spec))
+    assert len(queries) == 2 * 2 + 2 + 3  # 2 templates x 2 signals, 2 MetricTemplates, 3 Triton models' triggers
+    for name, query in queries.items():
+        names = metric_names(query)
+        assert names and names <= recorded & read_by_alerts, (name, names - (recorded & read_by_alerts))
+
+
+def _filled(name: str, query: str) -> str:
+    if name.startswith("AnalysisTemplate/"):
+        return fill_argo(query, {"model": "classifier", "canary-version": "2", "stable-version": "1",
+                                 "canary-hash": "6d4f5b8c7", "stable-hash": "58c9d7f6b4"})
+    return fill_flagger(query, target="triton", namespace="triton", interval="1m",
+                        variables={"model": "classifier"})
+
+
+def test_filled_queries_parse_in_promtool(tmp_path):
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.fail("promtool not found; install it with: apt-get install -y prometheus", pytrace=False)
+    queries = gate_queries(_gate_files(spec_from_dict(_raw())))
+    rules = [{"record": f"gate:check_{i}:value", "expr": _filled(name, q)}
+             for i, (name, q) in enumerate(queries.items())]
+    for rule in rules:
+        assert "{{" not in rule["expr"], rule
+    path = tmp_path / "gates.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "gates", "rules": rules}]}))
+    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(rules)} rules found" in done.stdout
+
+
+# One spec change, the alert and every gate: (spec override in layers.L2 or gates, text the alert shows,
+# text every gate shows) with the default's texts as the first row's opposite.
+@pytest.mark.parametrize("change,alert_text,gate_text,gone", [
+    ({"layers": {"L2": {"canary_regression_ratio": 0.02}}}, "1.02 * (", "1.02 * (", "1.05"),
+    ({"layers": {"L2": {"min_request_rate": 0.5}}}, "> 0.5", "> 0.5\n", "> 0.1\n"),
+    ({"layers": {"L2": {"canary_min_error_ratio_delta": 0.01}}}, ") + 0.01\n", ") + 0.01\n", ") + 0.001\n"),
+])
+def test_one_spec_change_moves_the_alert_and_every_gate(change, alert_text, gate_text, gone):
+    raw = _raw()
+    for section, values in change.items():
+        for key, sub in values.items():
+            raw.setdefault(section, {}).setdefault(key, {}).update(sub)
+    before, after = spec_from_dict(_raw()), spec_from_dict(raw)
+    alert_before = rules_outputs(before)["rules/generated/triton.yml"]
+    alert_after = rules_outputs(after)["rules/generated/triton.yml"]
+    canary = [r for g in yaml.safe_load(alert_after)["groups"] for r in g["rules"]
+              if r.get("alert") == "TritonCanaryRegression"]
+    assert canary and any(alert_text in r["expr"] for r in canary)
+    assert alert_after != alert_before
+    gates = {n: q for n, q in gate_queries(_gate_files(after)).items() if "queue" not in n}
+    old = {n: q for n, q in gate_queries(_gate_files(before)).items() if "queue" not in n}
+    assert len(gates) == 6
+    for name, query in gates.items():
+        is_error_gate = "error-ratio" in name
+        if "+ 0.0" in alert_text and not is_error_gate:
+            continue  # the absolute margin is the error ratio's alone (the latency gate has none, as the alert)
+        assert gate_text in query, name
+        assert gone not in query, name
+        assert query != old[name], name
+
+
+def test_the_example_canary_limit_5_to_2_percent_in_one_generate(tmp_path):
+    """The issue's example, through the CLI: one `inferwatch generate` with the limit at 2 % rewrites the alert
+    and every gate file."""
+    raw = _raw()
+    assert raw["layers"]["L2"]["canary_regression_ratio"] == 0.05  # the example spec's 5 %
+    raw["layers"]["L2"]["canary_regression_ratio"] = 0.02
+    spec_path = tmp_path / "inferwatch.yaml"
+    spec_path.write_text(yaml.safe_dump(raw))
+    cli = str(ROOT / ".venv/bin/inferwatch") if (ROOT / ".venv/bin/inferwatch").exists() else "inferwatch"
+    out = tmp_path / "out"
+    done = subprocess.run([cli, "generate", "--spec", str(spec_path), "--out", str(out)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    written = {p.name: p.read_text() for p in (out / ggen.OUT_DIR).glob("*.yaml")}
+    assert "1.02 * (" in (out / "rules/generated/triton.yml").read_text()
+    for name in ("argo-analysistemplates.yaml", "flagger-metrictemplates.yaml"):
+        assert written[name].count("1.02 * (") == 4 if name.startswith("argo") else 2, name
+        assert "1.05" not in written[name]
+
+
+# ------------------------------------------------------------------------------- the condition evaluator
+SPEC_METRIC = objects.analysis_template(spec_from_dict(_raw()), "versions")["spec"]["metrics"][0]
+
+
+@pytest.mark.parametrize("result,phase", [
+    ([0.199], FAILED),           # the issue's bad canary: 20 % errors over a healthy stable
+    ([1e-9], FAILED),
+    ([0.0], SUCCESSFUL),         # at the limit: not worse
+    ([-0.21], SUCCESSFUL),       # the issue's reverse: healthy canary, failing stable
+    ([], INCONCLUSIVE),          # too little traffic: no sample
+    ([0.1, -0.1], INCONCLUSIVE),  # never emitted (the query sums to one sample); neither condition holds
+    ([float("nan")], INCONCLUSIVE),
+])
+def test_generated_conditions_give_argo_phases(result, phase):
+    assert measurement(SPEC_METRIC, result) == phase
+
+
+@pytest.mark.parametrize("expr,result,expected", [
+    ("len(result) == 1 && result[0] <= 0", [0.0], True),
+    ("len(result) == 1 && result[0] <= 0", [], False),   # short-circuit: result[0] never read
+    ("result[0] > 0.5", [0.7], True),
+    ("result[0] >= 1e-3", [0.0005], False),
+    ("len(result) != 0", [], False),
+])
+def test_condition_evaluator(expr, result, expected):
+    assert condition(expr, result) is expected
+
+
+@pytest.mark.parametrize("expr", ["result[0] > 0 || true", "isNaN(result[0])", "result > 0"])
+def test_condition_evaluator_refuses_what_it_does_not_know(expr):
+    with pytest.raises(ValueError):
+        condition(expr, [1.0])
+
+
+def test_reading_past_the_result_is_an_error_measurement():
+    assert measurement({"successCondition": "result[0] <= 0", "failureCondition": "result[0] > 0"}, []) == ERROR
+
+
+@pytest.mark.parametrize("phases,expected", [
+    ([FAILED], RUNNING),                           # failureLimit 1: one failure tolerated
+    ([FAILED, FAILED], FAILED),                    # the second: rolled back
+    ([SUCCESSFUL, FAILED, SUCCESSFUL, FAILED], FAILED),
+    ([SUCCESSFUL] * 4, RUNNING),
+    ([SUCCESSFUL] * 5, SUCCESSFUL),                # count 5 reached
+    ([SUCCESSFUL, FAILED, SUCCESSFUL, SUCCESSFUL, SUCCESSFUL], SUCCESSFUL),
+    ([INCONCLUSIVE] * 2, RUNNING),                 # inconclusiveLimit 2
+    ([INCONCLUSIVE] * 3, INCONCLUSIVE),
+])
+def test_run_phase_follows_the_generated_limits(phases, expected):
+    assert (SPEC_METRIC["failureLimit"], SPEC_METRIC["inconclusiveLimit"], SPEC_METRIC["count"]) == (1, 2, 5)
+    assert run_phase(SPEC_METRIC, phases) == expected
+
+
+def test_fill_refuses_a_missing_argument():
+    with pytest.raises(KeyError):
+        fill_argo('x{model="{{args.model}}"}', {})
+    with pytest.raises(KeyError):
+        fill_flagger('x{model="{{ variables.model }}"}', target="t", namespace="n", interval="1m", variables={})
+
+
+@pytest.mark.parametrize("values,expected", [([0.2], "fail"), ([0.0], "pass"), ([-0.2], "pass"), ([], "halt"),
+                                             ([float("nan")], "halt")])
+def test_flagger_check_of_the_generated_threshold(values, expected):
+    metric = objects.canary_analysis(spec_from_dict(_raw()))["metrics"][0]
+    assert flagger_check(metric, values) == expected
