@@ -7,6 +7,7 @@ is checked against a table here."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -34,7 +35,7 @@ from inferwatch.rules.generate import outputs as rules_outputs
 from inferwatch.rules.generate import rule_groups
 from inferwatch.rules.metricrefs import metric_names
 from inferwatch.rules.model import Alert, Recording
-from inferwatch.spec import spec_from_dict
+from inferwatch.spec import SpecError, spec_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / ggen.OUT_DIR
@@ -140,17 +141,27 @@ def test_a_misspelt_analysis_field_fails_validation():
 
 # ------------------------------------------------------------------------------------------ the queries
 def test_queries_read_only_the_alerts_recording_rules():
-    """Never a second copy of the PromQL: every series a gate or trigger selects is a recording rule that an
-    alert of the same spec reads."""
+    """Never a second copy of the PromQL: every series a gate selects is a recording rule that an alert of the
+    same spec reads; every series a trigger selects is one its alert reads (the queue time's recording rule,
+    the pending requests' gauge, which TritonPendingRequestsHigh reads with the same selector)."""
     spec = spec_from_dict(_raw())
     groups = [g for area in rule_groups(spec).values() for g in area]
     recorded = {r.record for g in groups for r in g.rules if isinstance(r, Recording)}
-    read_by_alerts = set().union(*(metric_names(r.expr) for g in groups for r in g.rules if isinstance(r, Alert)))
+    alerts = {}
+    for g in groups:
+        for r in g.rules:
+            if isinstance(r, Alert):
+                alerts.setdefault(r.alert, set()).update(metric_names(r.expr))
     queries = gate_queries(_gate_files(spec))
-    assert len(queries) == 2 * 2 + 2 + 3  # 2 templates x 2 signals, 2 MetricTemplates, 3 Triton models' triggers
+    assert len(queries) == 2 * 2 + 2 + 2 * 3  # 2 templates x 2 signals, 2 MetricTemplates, 2 triggers x 3 models
     for name, query in queries.items():
         names = metric_names(query)
-        assert names and names <= recorded & read_by_alerts, (name, names - (recorded & read_by_alerts))
+        if "/queue-p95-" in name:
+            assert names <= recorded & alerts["TritonQueueTimeP95High"], (name, names)
+        elif "/pending-" in name:
+            assert names == {"nv_inference_pending_request_count"} <= alerts["TritonPendingRequestsHigh"], name
+        else:
+            assert names and names <= recorded & alerts["TritonCanaryRegression"], (name, names)
 
 
 def _filled(name: str, query: str) -> str:
@@ -293,3 +304,66 @@ def test_fill_refuses_a_missing_argument():
 def test_flagger_check_of_the_generated_threshold(values, expected):
     metric = objects.canary_analysis(spec_from_dict(_raw()))["metrics"][0]
     assert flagger_check(metric, values) == expected
+
+
+# ------------------------------------------------------------------------------------- other spec shapes
+@pytest.mark.parametrize("gates,field,says", [
+    ({"count": 0}, "gates.count", "positive"),
+    ({"failure_limit": 5}, "gates.failure_limit", "less than count (5)"),
+    ({"inconclusive_limit": -1}, "gates.inconclusive_limit", "non-negative"),
+    ({"activation_ratio": 0}, "gates.activation_ratio", "(0, 1]"),
+    ({"activation_ratio": 1.5}, "gates.activation_ratio", "(0, 1]"),
+    ({"min_replicas": 3, "max_replicas": 2}, "gates.max_replicas", "at least min_replicas (3)"),
+    ({"interval": "0s"}, "gates.interval", "positive duration"),
+    ({"interval": "soon"}, "gates.interval", "duration"),
+])
+def test_a_bad_gates_section_is_refused_naming_the_field(gates, field, says):
+    with pytest.raises(SpecError) as err:
+        spec_from_dict({**_raw(), "gates": gates}, "my.yaml")
+    assert field in str(err.value) and says in str(err.value), str(err.value)
+
+
+def test_with_a_cluster_every_query_reads_that_cluster_only():
+    """Several clusters in one store (central_store): a gate of cluster eu-1 never mixes in another's pods."""
+    spec = spec_from_dict({**_raw(), "cluster": {"name": "eu-1"},
+                           "central_store": {"url": "http://vm:8428", "edge": "vmagent"}})
+    files = _gate_files(spec)
+    queries = gate_queries(files)
+    assert len(queries) == 12
+    for name, query in queries.items():
+        selectors = re.findall(r"[a-z_:]+\{([^{}]*(?:\{\{[^}]*\}\}[^{}]*)*)\}", query)
+        assert selectors and all('cluster="eu-1"' in s.split(", ") for s in selectors), (name, selectors)
+    for doc in _docs(files):
+        assert errors_of(doc) == [], f"{doc['kind']}/{doc['metadata']['name']}"
+
+
+def test_without_a_triton_model_there_is_no_scaler():
+    raw = {**_raw(), "models": []}
+    files = _gate_files(spec_from_dict(raw))
+    assert "keda-scaledobject.yaml" not in files
+    assert yaml.safe_load(files["kustomization.yaml"])["resources"] == ["argo-analysistemplates.yaml",
+                                                                         "flagger-metrictemplates.yaml"]
+
+
+def test_gates_settings_reach_every_controller_object():
+    raw = {**_raw(), "gates": {"interval": "30s", "count": 8, "failure_limit": 2, "inconclusive_limit": 3,
+                               "namespace": "serving", "deployment": "triton-server", "min_replicas": 2,
+                               "max_replicas": 6, "activation_ratio": 0.25}}
+    spec = spec_from_dict(raw)
+    docs = _docs(_gate_files(spec))
+    for doc in docs:
+        assert doc["metadata"]["namespace"] == "serving"
+        assert errors_of(doc) == []
+    for template in (d for d in docs if d["kind"] == "AnalysisTemplate"):
+        for m in template["spec"]["metrics"]:
+            assert (m["interval"], m["count"], m["failureLimit"], m["inconclusiveLimit"]) == ("30s", 8, 2, 3)
+    analysis = objects.canary_analysis(spec)
+    assert (analysis["interval"], analysis["threshold"], analysis["iterations"]) == ("30s", 3, 8)
+    (scaled,) = [d for d in docs if d["kind"] == "ScaledObject"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "triton-server"
+    assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (2, 6)
+    classifier = next(t for t in scaled["spec"]["triggers"] if t["name"] == "queue-p95-classifier")
+    # classifier's own queue_p95_seconds (layers.L2.models) is the threshold, as in TritonQueueTimeP95High
+    override = spec.layers.L2.models["classifier"].queue_p95_seconds
+    assert float(classifier["metadata"]["threshold"]) == override
+    assert float(classifier["metadata"]["activationThreshold"]) == pytest.approx(override * 0.25)

@@ -247,8 +247,9 @@ def _slow(url: str, delay_ms: int) -> bool:
 
 def test_queue_trigger_is_below_activation_at_rest_and_crosses_threshold_in_a_surge(
         triton_factory, prometheus_factory, tmp_path):
-    """The KEDA trigger on the real Triton's queue: one client at a time on a slow model queues nothing (below
-    activationThreshold); eight concurrent clients queue behind its one instance (above threshold)."""
+    """The KEDA triggers on the real Triton's queue (P95 queue time, pending requests): one client at a time on
+    a slow model queues nothing (below activationThreshold); eight concurrent clients queue behind its one
+    instance (above threshold)."""
     server = triton_factory(model_repository=SLOW_REPOSITORY, ready_path="/v2/health/ready")
     spec = spec_from_dict({
         "targets": {"triton": [{"name": "triton-0", "url": server.url, "metrics_url": server.metrics_url,
@@ -256,32 +257,38 @@ def test_queue_trigger_is_below_activation_at_rest_and_crosses_threshold_in_a_su
                     "alertmanager": f"http://127.0.0.1:{free_port()}"},
         "prometheus": {"scrape_interval": "1s", "evaluation_interval": "1s", "rate_window": "10s"},
         "models": ["slow"],
-        "layers": {"L2": {"queue_p95_seconds": 0.2}}})
+        "layers": {"L2": {"queue_p95_seconds": 0.2, "pending_requests": 4}}})
     for rel, body in rule_outputs(spec).items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(body)
     prom = prometheus_factory(tmp_path / "deploy/prometheus/prometheus.yml")
     scaled = objects.scaled_object(spec)
     assert scaled is not None
-    (trigger,) = scaled["spec"]["triggers"]
-    query = trigger["metadata"]["query"]
-    threshold, activation = float(trigger["metadata"]["threshold"]), float(trigger["metadata"]["activationThreshold"])
-    assert (threshold, activation) == (0.2, 0.1)
+    triggers = {t["name"]: t["metadata"] for t in scaled["spec"]["triggers"]}
+    assert set(triggers) == {"queue-p95-slow", "pending-slow"}
+    limits = {name: (float(t["threshold"]), float(t["activationThreshold"])) for name, t in triggers.items()}
+    assert limits == {"queue-p95-slow": (0.2, 0.1), "pending-slow": (4.0, 2.0)}
 
     rest = TrafficLoop("rest", lambda: _slow(server.url, 20), 4.0, workers=1).start()
     try:
-        prom.wait_for(query, timeout=90)
+        for t in triggers.values():
+            prom.wait_for(t["query"], timeout=90)
         settled = time.time()
         while time.time() < settled + 6:  # five evaluations at rest, read afterwards at their own instants
             time.sleep(0.2)
-        at_rest = [v for i in range(5) for v in _query_at(prom, query, settled + i)]
+        at_rest = {name: [v for i in range(5) for v in _query_at(prom, t["query"], settled + i)]
+                   for name, t in triggers.items()}
     finally:
         rest.stop()
-    assert len(at_rest) == 5 and max(at_rest) < activation, at_rest
+    for name, values in at_rest.items():
+        assert len(values) == 5 and max(values) < limits[name][1], (name, values)
 
     surge = TrafficLoop("surge", lambda: _slow(server.url, 100), 80.0, workers=8).start()
     try:
-        crossed = prom.wait_for(query, timeout=90, predicate=lambda r: float(r[0]["value"][1]) > threshold)
+        crossed = {name: prom.wait_for(t["query"], timeout=90,
+                                       predicate=lambda r, n=name: float(r[0]["value"][1]) > limits[n][0])
+                   for name, t in triggers.items()}
     finally:
         surge.stop()
-    assert float(crossed[0]["value"][1]) > threshold
+    for name, result in crossed.items():
+        assert float(result[0]["value"][1]) > limits[name][0], name

@@ -10,7 +10,8 @@
 - Flagger `MetricTemplate` (flagger.app/v1beta1) per signal, for Flagger's primary/canary workloads (pods
   `{{ target }}-primary-...` and `{{ target }}-...`, the model in `templateVariables.model`), and the
   `analysis` block of a `Canary` that uses them (`thresholdRange.max: 0`, `threshold` = failure_limit + 1).
-- KEDA `ScaledObject` (keda.sh/v1alpha1) scaling Triton's Deployment on each model's queue-time trigger.
+- KEDA `ScaledObject` (keda.sh/v1alpha1) scaling Triton's Deployment on each model's queue-time and
+  pending-requests triggers.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def canary_analysis(spec: Spec, model: str = "MODEL") -> dict:
 
 
 def scaled_object(spec: Spec) -> dict | None:
-    """The ScaledObject on every Triton model's queue-time trigger (KEDA scales on the largest desired replica
+    """The ScaledObject on every Triton model's triggers (KEDA scales on the largest desired replica
     count of its triggers); None without a Triton model in the spec. `ignoreNullValues: true`: no sample (no
     traffic, so no queue time) is 0 to the scaler, which is what an idle model needs."""
     triggers = queries.triggers(spec)

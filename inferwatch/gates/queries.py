@@ -23,7 +23,7 @@ import dataclasses
 import re
 
 from inferwatch.rules.builders import MODEL_VERSION, by, indent, num
-from inferwatch.rules.triton import ERROR_RATIO, QUEUE_P95, REQUEST_AVG, REQUESTS, SUCCESS
+from inferwatch.rules.triton import ERROR_RATIO, QUEUE_P95, REQUEST_AVG, REQUESTS, SUCCESS, Sources
 from inferwatch.selectors import go_string
 from inferwatch.spec import Spec
 from inferwatch.upstreams import triton_models
@@ -31,6 +31,7 @@ from inferwatch.upstreams import triton_models
 MV = by(MODEL_VERSION)
 ALERT = "TritonCanaryRegression"
 QUEUE_ALERT = "TritonQueueTimeP95High"
+PENDING_ALERT = "TritonPendingRequestsHigh"
 # The pod name's tail after a workload's name: `<pod-template-hash>-<suffix>` (a Deployment's or a
 # Rollout's ReplicaSet); RE2 matchers are anchored, so `<name>-primary-...` never matches `<name>-<hash>-...`.
 POD_TAIL = "[a-z0-9]+-[a-z0-9]+"
@@ -98,21 +99,39 @@ class Trigger:
     alert: str
 
 
+def _threshold(spec: Spec, model: str, name: str) -> float:
+    """The model's layers.L2 threshold `name`, or its per-model override (as the alert reads it)."""
+    override = spec.layers.L2.models.get(model)
+    value = getattr(override, name) if override else None
+    return float(value if value is not None else getattr(spec.layers.L2, name))
+
+
 def triggers(spec: Spec) -> list[Trigger]:
-    """The queue-time trigger of each Triton model the spec declares: the largest P95 queue time of the model
-    over its replicas and versions (QUEUE_P95, the average where Triton runs without summaries), against the
-    model's `queue_p95_seconds` (layers.L2, or its per-model override), as TritonQueueTimeP95High judges it.
-    `Value` metric type: the HPA scales the replicas by value / threshold (a time per request does not
-    divide by pods as a queue length would)."""
-    l2 = spec.layers.L2
+    """Two triggers per Triton model the spec declares, each judged as its alert judges it:
+
+    - queue time: the largest P95 queue time of the model over its replicas and versions (QUEUE_P95, the
+      average where Triton runs without summaries) against the model's `queue_p95_seconds`
+      (TritonQueueTimeP95High). `Value` metric type: the HPA scales the replicas by value / threshold (a
+      time per request does not divide by pods as a queue length would).
+    - pending requests: the model's requests waiting in Triton's queues, all replicas summed (Triton's
+      `nv_inference_pending_request_count` through the spec's Triton selector, the series
+      TritonPendingRequestsHigh reads; it records no rule), against `pending_requests`. `AverageValue`:
+      the HPA keeps the pending requests per replica at most the alert's threshold per replica.
+
+    `activation`: `gates.activation_ratio` of the threshold."""
+    src = Sources.of(spec)
+    ratio = spec.gates.activation_ratio
     out = []
     for model in triton_models(spec):
-        override = l2.models.get(model)
-        threshold = (override.queue_p95_seconds if override and override.queue_p95_seconds is not None
-                     else l2.queue_p95_seconds)
-        query = f"max({QUEUE_P95}{_matchers(spec, f'model={_quoted(model)}')})"
-        out.append(Trigger(f"queue-p95-{_dns_name(model)}", model, query, threshold,
-                           threshold * spec.gates.activation_ratio, "Value", QUEUE_ALERT))
+        name = _dns_name(model)
+        queue = _threshold(spec, model, "queue_p95_seconds")
+        out.append(Trigger(f"queue-p95-{name}", model, f"max({QUEUE_P95}{_matchers(spec, f'model={_quoted(model)}')})",
+                           queue, queue * ratio, "Value", QUEUE_ALERT))
+        pending = _threshold(spec, model, "pending_requests")
+        cluster = _matchers(spec)[1:-1]
+        selected = src.triton("nv_inference_pending_request_count", cluster, f"model={_quoted(model)}")
+        out.append(Trigger(f"pending-{name}", model, f"sum({selected})", pending, pending * ratio, "AverageValue",
+                           PENDING_ALERT))
     return out
 
 
