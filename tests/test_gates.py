@@ -7,6 +7,7 @@ is checked against a table here."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -367,3 +368,22 @@ def test_gates_settings_reach_every_controller_object():
     override = spec.layers.L2.models["classifier"].queue_p95_seconds
     assert float(classifier["metadata"]["threshold"]) == override
     assert float(classifier["metadata"]["activationThreshold"]) == pytest.approx(override * 0.25)
+
+
+def test_an_overlay_opts_into_the_component_with_kustomize(tmp_path):
+    """`components: [.../gates]` beside the base, as docs/canary-gates.md says: kustomize renders the base and
+    every gate object as written."""
+    from test_kubernetes import BASE, render
+
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(BASE, overlay)], "components": [os.path.relpath(OUT, overlay)]}))
+    rendered = render(overlay)
+    gates = _docs(committed())
+    key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+    by_key = {key(d): d for d in rendered}
+    for doc in gates:
+        assert by_key.get(key(doc)) == doc, key(doc)
+    assert len(rendered) == len(render(BASE)) + len(gates)
