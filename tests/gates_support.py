@@ -7,6 +7,7 @@ is an `expr` expression over `result` (a vector query gives a list of floats); a
 the failure condition holds, Successful when the success condition holds, else Inconclusive
 (utils/evaluate.EvaluateResult); a metric is Failed once failed measurements exceed `failureLimit`,
 Inconclusive once inconclusive ones exceed `inconclusiveLimit`, Successful after `count` measurements.
+prometheus-adapter v0.12: `<<.Series>>` and `<<.LabelMatchers>>` in an external rule's metricsQuery.
 Flagger v1.44: Go templates `{{ target }}`, `{{ namespace }}`, `{{ interval }}`, `{{ variables.<key> }}`
 (missingkey=error); a value outside `thresholdRange` fails the check, no value halts it.
 """
@@ -21,6 +22,15 @@ SUCCESSFUL, FAILED, INCONCLUSIVE, RUNNING, ERROR = "Successful", "Failed", "Inco
 def fill_argo(query: str, args: dict[str, str]) -> str:
     """`{{args.name}}` replaced by its value; KeyError naming an argument the template uses and `args` lacks."""
     return re.sub(r"\{\{args\.([A-Za-z0-9_.-]+)\}\}", lambda m: args[m.group(1)], query)
+
+
+def adapter_query(rule: dict, selector: dict[str, str]) -> str:
+    """prometheus-adapter v0.12's query for an HPA's external metric (pkg/naming BuildExternal): `<<.Series>>`
+    the discovered series' name, `<<.LabelMatchers>>` the HPA selector's matchers joined by `,` (a rule with
+    `namespaced: false` adds no namespace matcher)."""
+    series = rule["seriesQuery"].split("{")[0]
+    matchers = ",".join(f'{k}="{v}"' for k, v in selector.items())
+    return rule["metricsQuery"].replace("<<.Series>>", series).replace("<<.LabelMatchers>>", matchers)
 
 
 def fill_flagger(query: str, *, target: str, namespace: str, interval: str, variables: dict[str, str]) -> str:

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -23,6 +24,7 @@ from gates_support import (
     INCONCLUSIVE,
     RUNNING,
     SUCCESSFUL,
+    adapter_query,
     condition,
     fill_argo,
     fill_flagger,
@@ -41,7 +43,8 @@ from inferwatch.spec import SpecError, spec_from_dict
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / ggen.OUT_DIR
 CRDS = ROOT / "tests/fixtures/gates/crds"
-KINDS = {"AnalysisTemplate", "MetricTemplate", "ScaledObject"}
+KINDS = {"AnalysisTemplate", "MetricTemplate", "ScaledObject", "HorizontalPodAutoscaler"}
+COMPONENTS = ("kustomization.yaml", "keda/kustomization.yaml", "hpa/kustomization.yaml")
 
 
 def _raw() -> dict:
@@ -49,17 +52,22 @@ def _raw() -> dict:
 
 
 def _docs(files: dict[str, str]) -> list[dict]:
-    component = yaml.safe_load(files["kustomization.yaml"])
-    return [d for name in component["resources"] for d in yaml.safe_load_all(files[name]) if d]
+    """Every object of every component, in their order."""
+    out = []
+    for kustomization in (c for c in COMPONENTS if c in files):
+        folder = kustomization.removesuffix("kustomization.yaml")
+        for name in yaml.safe_load(files[kustomization])["resources"]:
+            out += [d for d in yaml.safe_load_all(files[folder + name]) if d]
+    return out
 
 
 def _gate_files(spec) -> dict[str, str]:
     """The component for `spec` as on disk (its generator alone: `render_all` runs every generator)."""
-    return {Path(rel).name: text for rel, text in ggen.outputs(spec).items()}
+    return {rel.removeprefix(ggen.OUT_DIR + "/"): text for rel, text in ggen.outputs(spec).items()}
 
 
 def committed() -> dict[str, str]:
-    return {p.name: p.read_text(encoding="utf-8") for p in OUT.glob("*.yaml")}
+    return {str(p.relative_to(OUT)): p.read_text(encoding="utf-8") for p in OUT.rglob("*.yaml")}
 
 
 def schema_of(doc: dict) -> dict:
@@ -67,6 +75,12 @@ def schema_of(doc: dict) -> dict:
 
 
 def errors_of(doc: dict, schema: dict | None = None) -> list[str]:
+    if doc["kind"] == "HorizontalPodAutoscaler":
+        try:
+            kubernetes_validate.validate(doc, "1.37", strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            return [f"{list(exc.path)}: {exc.message}"]
+        return []
     validator = jsonschema.Draft202012Validator(schema or schema_of(doc))
     return [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(doc)]
 
@@ -86,8 +100,11 @@ def gate_queries(files: dict[str, str]) -> dict[str, str]:
             out |= {f"{name}/{m['name']}": m["provider"]["prometheus"]["query"] for m in doc["spec"]["metrics"]}
         elif doc["kind"] == "MetricTemplate":
             out[name] = doc["spec"]["query"]
-        else:
+        elif doc["kind"] == "ScaledObject":
             out |= {f"{name}/{t['name']}": t["metadata"]["query"] for t in doc["spec"]["triggers"]}
+    if ggen.ADAPTER_CONFIG in files:
+        for rule in yaml.safe_load(files[ggen.ADAPTER_CONFIG])["externalRules"]:
+            out[f"adapter/{rule['name']['as']}"] = adapter_query(rule, {"model": "classifier"})
     return out
 
 
@@ -99,18 +116,24 @@ def test_committed_gates_are_what_the_spec_generates():
         assert committed()[name] == text, f"{ggen.OUT_DIR}/{name} is stale: run `inferwatch generate`"
 
 
-def test_component_lists_every_object_file():
+def test_each_component_lists_every_object_file_of_its_folder():
     files = committed()
-    component = yaml.safe_load(files["kustomization.yaml"])
-    assert component["kind"] == "Component" and component["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
-    assert set(component["resources"]) == set(files) - {"kustomization.yaml", ggen.ANALYSIS_SNIPPET}
+    assert set(COMPONENTS) <= set(files)
+    not_resources = {ggen.ANALYSIS_SNIPPET, ggen.ADAPTER_CONFIG}
+    for kustomization in COMPONENTS:
+        component = yaml.safe_load(files[kustomization])
+        assert component["kind"] == "Component" and component["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
+        folder = kustomization.removesuffix("kustomization.yaml")
+        here = {n.removeprefix(folder) for n in files
+                if n.startswith(folder) and "/" not in n.removeprefix(folder)} - {"kustomization.yaml"}
+        assert set(component["resources"]) == here - {n.removeprefix(folder) for n in not_resources}, kustomization
 
 
 # ---------------------------------------------------------------------------------------------- schemas
 def test_every_object_validates_against_its_crd():
     docs = _docs(committed())
     assert {d["kind"] for d in docs} == KINDS
-    assert len(docs) == 5  # two AnalysisTemplates, two MetricTemplates, one ScaledObject
+    assert len(docs) == 6  # two AnalysisTemplates, two MetricTemplates, one ScaledObject, one HPA
     for doc in docs:
         assert errors_of(doc) == [], f"{doc['kind']}/{doc['metadata']['name']}"
     snippet = yaml.safe_load(committed()[ggen.ANALYSIS_SNIPPET])
@@ -123,6 +146,7 @@ def test_every_object_validates_against_its_crd():
     ("MetricTemplate", ["spec", "provider"], "adress"),
     ("ScaledObject", ["spec", "triggers", 0], "metadataa"),
     ("ScaledObject", ["spec"], "maxReplicas"),
+    ("HorizontalPodAutoscaler", ["spec", "metrics", 0, "external"], "metricName"),
 ])
 def test_a_misspelt_field_fails_validation(kind, path, field):
     """The schemas are strict: an unknown field fails (so the validation above can fail)."""
@@ -154,12 +178,13 @@ def test_queries_read_only_the_alerts_recording_rules():
             if isinstance(r, Alert):
                 alerts.setdefault(r.alert, set()).update(metric_names(r.expr))
     queries = gate_queries(_gate_files(spec))
-    assert len(queries) == 2 * 2 + 2 + 2 * 3  # 2 templates x 2 signals, 2 MetricTemplates, 2 triggers x 3 models
+    # 2 templates x 2 signals, 2 MetricTemplates, 2 triggers x 3 models, 2 adapter rules
+    assert len(queries) == 2 * 2 + 2 + 2 * 3 + 2
     for name, query in queries.items():
         names = metric_names(query)
-        if "/queue-p95-" in name:
+        if "/queue-p95-" in name or name == "adapter/inferwatch_triton_queue_p95_seconds":
             assert names <= recorded & alerts["TritonQueueTimeP95High"], (name, names)
-        elif "/pending-" in name:
+        elif "/pending-" in name or name == "adapter/inferwatch_triton_pending_requests":
             assert names == {"nv_inference_pending_request_count"} <= alerts["TritonPendingRequestsHigh"], name
         else:
             assert names and names <= recorded & alerts["TritonCanaryRegression"], (name, names)
@@ -208,8 +233,8 @@ def test_one_spec_change_moves_the_alert_and_every_gate(change, alert_text, gate
               if r.get("alert") == "TritonCanaryRegression"]
     assert canary and any(alert_text in r["expr"] for r in canary)
     assert alert_after != alert_before
-    gates = {n: q for n, q in gate_queries(_gate_files(after)).items() if "queue" not in n}
-    old = {n: q for n, q in gate_queries(_gate_files(before)).items() if "queue" not in n}
+    gates = {n: q for n, q in gate_queries(_gate_files(after)).items() if "Template/" in n}
+    old = {n: q for n, q in gate_queries(_gate_files(before)).items() if "Template/" in n}
     assert len(gates) == 6
     for name, query in gates.items():
         is_error_gate = "error-ratio" in name
@@ -330,7 +355,7 @@ def test_with_a_cluster_every_query_reads_that_cluster_only():
                            "central_store": {"url": "http://vm:8428", "edge": "vmagent"}})
     files = _gate_files(spec)
     queries = gate_queries(files)
-    assert len(queries) == 12
+    assert len(queries) == 14
     for name, query in queries.items():
         selectors = re.findall(r"[a-z_:]+\{([^{}]*(?:\{\{[^}]*\}\}[^{}]*)*)\}", query)
         assert selectors and all('cluster="eu-1"' in s.split(", ") for s in selectors), (name, selectors)
@@ -341,7 +366,7 @@ def test_with_a_cluster_every_query_reads_that_cluster_only():
 def test_without_a_triton_model_there_is_no_scaler():
     raw = {**_raw(), "models": []}
     files = _gate_files(spec_from_dict(raw))
-    assert "keda-scaledobject.yaml" not in files
+    assert not {n for n in files if n.startswith(("keda/", "hpa/"))}
     assert yaml.safe_load(files["kustomization.yaml"])["resources"] == ["argo-analysistemplates.yaml",
                                                                          "flagger-metrictemplates.yaml"]
 
@@ -360,6 +385,9 @@ def test_gates_settings_reach_every_controller_object():
             assert (m["interval"], m["count"], m["failureLimit"], m["inconclusiveLimit"]) == ("30s", 8, 2, 3)
     analysis = objects.canary_analysis(spec)
     assert (analysis["interval"], analysis["threshold"], analysis["iterations"]) == ("30s", 3, 8)
+    (hpa,) = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "triton-server"
     (scaled,) = [d for d in docs if d["kind"] == "ScaledObject"]
     assert scaled["spec"]["scaleTargetRef"]["name"] == "triton-server"
     assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (2, 6)
@@ -370,18 +398,24 @@ def test_gates_settings_reach_every_controller_object():
     assert float(classifier["metadata"]["activationThreshold"]) == pytest.approx(override * 0.25)
 
 
-def test_an_overlay_opts_into_the_component_with_kustomize(tmp_path):
-    """`components: [.../gates]` beside the base, as docs/canary-gates.md says: kustomize renders the base and
-    every gate object as written."""
+@pytest.mark.parametrize("scaler", ["keda", "hpa"])
+def test_an_overlay_opts_into_the_components_with_kustomize(tmp_path, scaler):
+    """`components: [.../gates, .../gates/<scaler>]` beside the base, as docs/canary-gates.md says: kustomize
+    renders the base and every object of both components as written."""
     from test_kubernetes import BASE, render
 
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(BASE, overlay)], "components": [os.path.relpath(OUT, overlay)]}))
+        "resources": [os.path.relpath(BASE, overlay)],
+        "components": [os.path.relpath(OUT, overlay), os.path.relpath(OUT / scaler, overlay)]}))
     rendered = render(overlay)
-    gates = _docs(committed())
+    files = committed()
+    chosen = {k: v for k, v in files.items() if k in ("kustomization.yaml", f"{scaler}/kustomization.yaml")
+              or not k.endswith("kustomization.yaml")}
+    gates = _docs(chosen)
+    assert {d["kind"] for d in gates} == KINDS - {"ScaledObject" if scaler == "hpa" else "HorizontalPodAutoscaler"}
     key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
     by_key = {key(d): d for d in rendered}
     for doc in gates:

@@ -29,6 +29,7 @@ from gates_support import (
     INCONCLUSIVE,
     RUNNING,
     SUCCESSFUL,
+    adapter_query,
     fill_argo,
     fill_flagger,
     flagger_check,
@@ -292,3 +293,12 @@ def test_queue_trigger_is_below_activation_at_rest_and_crosses_threshold_in_a_su
         surge.stop()
     for name, result in crossed.items():
         assert float(result[0]["value"][1]) > limits[name][0], name
+    # An HPA over prometheus-adapter reads the same numbers: each external rule's query, filled as the adapter
+    # fills it for the HPA's selector, equals its KEDA trigger's at the same instant.
+    rules = {r["name"]["as"]: r for r in objects.adapter_config(spec)["externalRules"]}
+    at = time.time() - 1.0
+    for trigger_name, rule_name in (("queue-p95-slow", "inferwatch_triton_queue_p95_seconds"),
+                                    ("pending-slow", "inferwatch_triton_pending_requests")):
+        keda = _query_at(prom, triggers[trigger_name]["query"], at)
+        adapter = _query_at(prom, adapter_query(rules[rule_name], {"model": "slow"}), at)
+        assert keda and adapter == keda, (trigger_name, keda, adapter)

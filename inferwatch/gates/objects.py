@@ -11,10 +11,13 @@
   `{{ target }}-primary-...` and `{{ target }}-...`, the model in `templateVariables.model`), and the
   `analysis` block of a `Canary` that uses them (`thresholdRange.max: 0`, `threshold` = failure_limit + 1).
 - KEDA `ScaledObject` (keda.sh/v1alpha1) scaling Triton's Deployment on each model's queue-time and
-  pending-requests triggers.
+  pending-requests triggers; or, for prometheus-adapter, its external rules and an `autoscaling/v2` HPA on
+  the same signals.
 """
 
 from __future__ import annotations
+
+import re
 
 from inferwatch.gates import queries
 from inferwatch.gates.queries import POD_TAIL
@@ -119,6 +122,45 @@ def scaled_object(spec: Spec) -> dict | None:
                                                 "activationThreshold": _number(t.activation),
                                                 "ignoreNullValues": "true"}}
                                   for t in triggers]}}
+
+
+HPA = "inferwatch-triton-queue"
+
+
+def adapter_config(spec: Spec) -> dict:
+    """prometheus-adapter's configuration (its `--config` file; kubernetes-sigs/prometheus-adapter v0.12
+    pkg/config): one external rule per signal, not namespaced (Triton's series carry no namespace label; the
+    HPA's selector names the model)."""
+    rules = []
+    for r in queries.adapter_rules(spec):
+        metric = r.series.split("{")[0]
+        rules.append({"seriesQuery": r.series, "resources": {"namespaced": False},
+                      "name": {"matches": f"^{re.escape(metric)}$", "as": r.name}, "metricsQuery": r.query})
+    return {"externalRules": rules}
+
+
+def hpa(spec: Spec) -> dict | None:
+    """An `autoscaling/v2` HorizontalPodAutoscaler on the same signals as the ScaledObject, read through
+    prometheus-adapter's external metrics: per Triton model, the queue time (`Value`) and the pending
+    requests (`AverageValue`) against the alerts' thresholds. None without a Triton model. Use it or the
+    ScaledObject, not both (KEDA makes its own HPA for the same Deployment)."""
+    triggers = queries.triggers(spec)
+    if not triggers:
+        return None
+    names = {r.kind: r for r in queries.adapter_rules(spec)}
+    g = spec.gates
+    metrics = []
+    for t in triggers:
+        rule = names["pending"] if t.name.startswith("pending-") else names["queue-p95"]
+        target = ({"type": "Value", "value": _number(t.threshold)} if rule.metric_type == "Value"
+                  else {"type": "AverageValue", "averageValue": _number(t.threshold)})
+        metrics.append({"type": "External", "external": {
+            "metric": {"name": rule.name, "selector": {"matchLabels": {"model": t.model}}}, "target": target}})
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": _metadata(spec, HPA),
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                        "name": g.deployment or spec.kubernetes.triton.service},
+                     "minReplicas": max(1, g.min_replicas), "maxReplicas": g.max_replicas, "metrics": metrics}}
 
 
 def _number(value: float) -> str:

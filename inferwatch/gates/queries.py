@@ -135,6 +135,35 @@ def triggers(spec: Spec) -> list[Trigger]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class AdapterRule:
+    """One prometheus-adapter external metric: the `name` the HPA asks for, the series it is discovered by,
+    and its `metricsQuery` template (`<<.Series>>`, `<<.LabelMatchers>>`: the HPA's selector, model=...), the
+    same aggregation of the same series as the KEDA trigger of `kind`."""
+
+    name: str
+    series: str
+    query: str
+    metric_type: str
+    kind: str
+
+
+def adapter_rules(spec: Spec) -> list[AdapterRule]:
+    """The external metrics an `autoscaling/v2` HPA reads through prometheus-adapter (see `triggers`)."""
+    src = Sources.of(spec)
+    cluster = _matchers(spec)[1:-1]
+    pending = src.triton("nv_inference_pending_request_count", cluster)
+    queue = f"{QUEUE_P95}{{{cluster}}}" if cluster else QUEUE_P95
+    return [
+        AdapterRule("inferwatch_triton_queue_p95_seconds", queue,
+                    "max by (model) (<<.Series>>{" + ", ".join(m for m in (cluster, "<<.LabelMatchers>>") if m) + "})",
+                    "Value", "queue-p95"),
+        AdapterRule("inferwatch_triton_pending_requests", pending,
+                    "sum by (model) (<<.Series>>{" + pending[pending.index("{") + 1:-1] + ", <<.LabelMatchers>>})",
+                    "AverageValue", "pending"),
+    ]
+
+
 def _dns_name(model: str) -> str:
     """A model name as a trigger name (lower case, `-` for anything else than a letter or digit)."""
     return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "model"
