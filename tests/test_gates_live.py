@@ -219,7 +219,8 @@ def test_pod_gates_judge_a_real_canary_workload(triton, triton_factory, promethe
                  for pod, (rate, fail) in ((CANARY_POD, canary), (STABLE_POD, stable))]
         try:
             _pods_settled(prom, phase)
-            at = time.time() - 1.0  # an instant Prometheus has evaluated
+            # Now: the latest evaluation at or before it is the one _pods_settled saw (or a later one).
+            at = time.time()
             metric = analysis["error-ratio"]
             query = fill_flagger(flagger[error_template], target="triton", namespace="triton",
                                  interval=metric["interval"], variables=metric["templateVariables"])
