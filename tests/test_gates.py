@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -253,10 +254,9 @@ def test_the_example_canary_limit_5_to_2_percent_in_one_generate(tmp_path):
     raw["layers"]["L2"]["canary_regression_ratio"] = 0.02
     spec_path = tmp_path / "inferwatch.yaml"
     spec_path.write_text(yaml.safe_dump(raw))
-    cli = str(ROOT / ".venv/bin/inferwatch") if (ROOT / ".venv/bin/inferwatch").exists() else "inferwatch"
     out = tmp_path / "out"
-    done = subprocess.run([cli, "generate", "--spec", str(spec_path), "--out", str(out)], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "inferwatch", "generate", "--spec", str(spec_path), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     written = {p.name: p.read_text() for p in (out / ggen.OUT_DIR).glob("*.yaml")}
     assert "1.02 * (" in (out / "rules/generated/triton.yml").read_text()
