@@ -31,6 +31,7 @@ GENERATORS: list[str] = [
     "inferwatch.central:outputs",  # deploy/central/ edge and vmalert configuration (spec central_store)
     "inferwatch.kubernetes.clusters:generated",  # Prometheus CR patch (cluster), vmalert on Kubernetes (central)
     "inferwatch.specdoc:outputs",  # docs/spec-reference.md: every spec field, its type, default and meaning
+    "inferwatch.gates.generate:outputs",  # deploy/kubernetes/gates/: Argo, Flagger and KEDA objects (component)
 ]
 
 

@@ -862,6 +862,45 @@ class HighAvailability:
                                                    f"and at most 10s, got {self.answer_wait}")
 
 
+# -------------------------------------------------------------------------------------------- gates
+@dataclasses.dataclass
+class GateSettings:
+    """Canary gates and autoscaling signals (inferwatch/gates, docs/canary-gates.md): how often an Argo
+    Rollouts or Flagger analysis measures, and how many measurements decide. The limits themselves are
+    layers.L2's canary and queue thresholds, so a gate and its alert change together."""
+
+    interval: Duration = field(_d("1m"), doc="time between two measurements of a canary gate (Argo `interval`, "
+                                             "Flagger analysis `interval`)")
+    count: int = field(5, doc="measurements of an Argo analysis; all taken without reaching a limit: Successful")
+    failure_limit: int = field(1, doc="failed measurements tolerated (Argo `failureLimit`, Flagger "
+                                      "`threshold` - 1): one more and the canary is rolled back")
+    inconclusive_limit: int = field(2, doc="measurements with too little traffic to judge tolerated (Argo "
+                                           "`inconclusiveLimit`): one more pauses the rollout for a person")
+    activation_ratio: float = field(0.5, doc="a KEDA trigger is active above this share of its threshold "
+                                             "(`activationThreshold`; scaling from zero needs it)")
+    namespace: str = field("", doc="namespace of the generated gate objects; empty: kubernetes.triton.namespace")
+    deployment: str = field("", doc="Triton's Deployment the ScaledObject scales; empty: "
+                                    "kubernetes.triton.service")
+    min_replicas: int = field(1, doc="ScaledObject minReplicaCount")
+    max_replicas: int = field(10, doc="ScaledObject maxReplicaCount")
+
+    def _validate(self, path: str) -> None:
+        if self.interval.ms <= 0:
+            raise SpecError(f"{path}.interval", f"expected a positive duration, got {self.interval}")
+        for name in ("count", "failure_limit", "inconclusive_limit", "min_replicas"):
+            if getattr(self, name) < 0 or (name == "count" and self.count < 1):
+                raise SpecError(f"{path}.{name}", f"expected a {'positive' if name == 'count' else 'non-negative'} "
+                                                  f"integer, got {getattr(self, name)}")
+        if self.failure_limit >= self.count:
+            raise SpecError(f"{path}.failure_limit", f"expected less than count ({self.count}), got "
+                                                     f"{self.failure_limit}")
+        if not 0.0 < self.activation_ratio <= 1.0:
+            raise SpecError(f"{path}.activation_ratio", f"expected a ratio in (0, 1], got {self.activation_ratio}")
+        if self.max_replicas < max(1, self.min_replicas):
+            raise SpecError(f"{path}.max_replicas", f"expected at least min_replicas ({self.min_replicas}) and 1, "
+                                                    f"got {self.max_replicas}")
+
+
 # -------------------------------------------------------------------------------------------- the spec
 @dataclasses.dataclass
 class Spec:
@@ -889,6 +928,8 @@ class Spec:
     notifier: NotifierSettings = field(NotifierSettings)
     kubernetes: KubernetesSettings = field(KubernetesSettings)
     ha: HighAvailability = field(HighAvailability, doc="replicas of Prometheus, Alertmanager and the notifier")
+    gates: GateSettings = field(GateSettings, doc="canary gates and autoscaling signals generated from the "
+                                                  "alerts' recording rules (docs/canary-gates.md)")
 
     def _validate(self, path: str) -> None:
         if self.version != 1:

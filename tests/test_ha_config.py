@@ -162,7 +162,7 @@ def _crd(kind: str) -> dict:
 
 
 def test_kubernetes_objects_carry_the_same_topology(files, spec):
-    base = {Path(rel).name: text for rel, text in files.items() if rel.startswith("deploy/kubernetes/")}
+    base = {Path(rel).name: text for rel, text in files.items() if Path(rel).parent == Path("deploy/kubernetes")}
     docs = {(d["kind"], d["metadata"]["name"]): d for name in yaml.safe_load(base["kustomization.yaml"])["resources"]
             for d in yaml.safe_load_all(base[name]) if d}
     statefulset = docs[("StatefulSet", "inferwatch-notifier")]

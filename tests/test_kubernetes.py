@@ -50,7 +50,7 @@ def generated(spec) -> dict[str, str]:
     """The base for `spec` as kustomize would find it on disk (prometheusrule.yaml from the rules generator)."""
     from inferwatch.generate import render_all
 
-    return {Path(rel).name: text for rel, text in render_all(spec).items() if rel.startswith(kgen.OUT_DIR + "/")}
+    return {Path(rel).name: text for rel, text in render_all(spec).items() if Path(rel).parent == Path(kgen.OUT_DIR)}
 
 
 def crd_schema(doc: dict) -> dict:

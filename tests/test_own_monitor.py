@@ -30,7 +30,7 @@ def _raw(**kubernetes) -> dict:
 
 
 def _objects(files: dict[str, str]) -> dict[tuple[str, str], dict]:
-    base = {Path(rel).name: text for rel, text in files.items() if rel.startswith("deploy/kubernetes/")}
+    base = {Path(rel).name: text for rel, text in files.items() if Path(rel).parent == Path("deploy/kubernetes")}
     return {(d["kind"], d["metadata"]["name"]): d for name in yaml.safe_load(base["kustomization.yaml"])["resources"]
             for d in yaml.safe_load_all(base[name]) if d}
 
