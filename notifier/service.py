@@ -33,6 +33,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from inferwatch.connections import ACCEPT_BACKLOG, ConnectionGuard, Settings, connection_cap, raise_fd_limit
 from inferwatch.errors import UsageError
+from inferwatch.loops import close_stopped_loop
 from inferwatch.notifier import integrity
 from inferwatch.notifier.channels import build_channel
 from inferwatch.notifier.committer import GroupCommitter
@@ -490,6 +491,7 @@ class NotifierService:
         finally:
             self.committer.stop()
             self.worker.stop()
+            self.outbox.close_all()
 
     def start(self) -> "NotifierService":
         """Run in a background thread (tests, benchmarks, the demo); port 0 picks a free port."""
@@ -526,9 +528,10 @@ class NotifierService:
             asyncio.run_coroutine_threadsafe(self._stop_http(), self._loop).result(15)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(15)
+            close_stopped_loop(self._loop, self._thread)
         self.committer.stop()
         self.worker.stop()
-        self.outbox.close()
+        self.outbox.close_all()
 
     @property
     def url(self) -> str:

@@ -18,6 +18,7 @@ from aiohttp import web
 from inferwatch.exporters.gateway.api import Gateway
 from inferwatch.exporters.gateway.proxy import Proxy
 from inferwatch.exporters.gateway.server import serve
+from inferwatch.loops import close_stopped_loop
 from inferwatch.spec import spec_from_dict
 
 TEST_SPEC = {
@@ -48,6 +49,7 @@ class LoopThread:
     def close(self):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
+        close_stopped_loop(self.loop, self.thread)  # its epoll and self-pipe, not left to the collector
 
 
 class RunningProxy:
