@@ -21,7 +21,6 @@ import asyncio
 import base64
 import hmac
 import logging
-import os
 import sqlite3
 import sys
 import threading
@@ -50,7 +49,7 @@ from inferwatch.spec import Spec
 
 log = logging.getLogger(__name__)
 
-OUTBOX_FILE = "outbox.sqlite3"
+OUTBOX_FILE = integrity.OUTBOX_FILE
 READY_PROBE_INTERVAL_S = 1.0  # while the outbox is unwritable, /-/ready tries a write at most this often
 READY_WRITABLE_PROBE_S = 10.0  # while it is writable, at most this often (a disk that filled without a webhook)
 PROBE_MIN_BYTES = 64 * 1024  # a readiness probe writes at least this much: a webhook of a few alerts
@@ -58,17 +57,8 @@ PROBE_MIN_BYTES = 64 * 1024  # a readiness probe writes at least this much: a we
 
 def open_outbox(path: Path, dedup_window_s: float, move_damaged: bool) -> Outbox:
     """The service's outbox after the integrity check (integrity.py); raises OutboxDamaged or UsageError."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot use --data-dir {path.parent}: {exc.strerror or exc}") from None
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot use --data-dir {path.parent}: not writable (a read-only file system or "
-                         "wrong owner); the outbox needs to create its files there")
-    damage = integrity.check(path)
+    damage = integrity.check_data_dir(path, move_damaged)
     if damage is not None:
-        if not move_damaged:
-            raise integrity.refusal(damage)
         moved = integrity.move_aside(path)
         log.error("%s: moved aside to %s (%s); starting with an empty outbox", damage.what,
                   ", ".join(p.name for p in moved), "acknowledged webhooks lost: "
