@@ -33,9 +33,38 @@ EXPORTERS: list[str] = [
     "inferwatch.exporters.gateway.cli",
     "inferwatch.exporters.gpu.cli",
 ]
+# The subcommand each module above registers: a command line that names one imports only its module (the
+# others import aiohttp, the triage engine, the generators: about a second of CPU, many seconds on a busy
+# machine, for every `inferwatch ...` a test or a supervisor starts). tests/test_cli_errors.py checks the map
+# against what the modules register.
+COMMAND_OF = {"inferwatch.check": "check", "inferwatch.generate": "generate", "inferwatch.demo": "demo",
+              "inferwatch.stack": "stack", "inferwatch.triage.cli": "triage", "inferwatch.notifier.cli": "notifier",
+              "inferwatch.exporters.triton.cli": "triton", "inferwatch.exporters.gateway.cli": "gateway",
+              "inferwatch.exporters.gpu.cli": "gpu"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _named_commands(argv: list[str]) -> tuple[str | None, str | None]:
+    """(command, exporter) the command line names before any other argument: None where it names none, or
+    starts with an option other than -v (then every module is imported, as for --help)."""
+    words = list(argv)
+    while words and words[0] in ("-v", "--verbose"):
+        words.pop(0)
+    command = words[0] if words and not words[0].startswith("-") else None
+    exporter = words[1] if command == "exporter" and len(words) > 1 and not words[1].startswith("-") else None
+    return command, exporter
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line's parser (argv None); with `argv` (the arguments to parse) naming a known
+    command, only that command's module is imported: the parser then knows that command alone, all `argv`
+    can reach."""
+    command, exporter = _named_commands(argv) if argv is not None else (None, None)
+    commands = [m for m in COMMANDS if COMMAND_OF.get(m) == command] or COMMANDS
+    exporters = [m for m in EXPORTERS if COMMAND_OF.get(m) == exporter] or EXPORTERS
+    if command == "exporter":
+        commands = []
+    elif command is not None and commands is not COMMANDS:
+        exporters = []
     parser = argparse.ArgumentParser(
         prog="inferwatch",
         description="Observability and alerting for NVIDIA Triton inference platforms: "
@@ -43,13 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMANDS:
+    for module in commands:
         importlib.import_module(module).register(sub)
-    if EXPORTERS:
+    if exporters:
         exp = sub.add_parser("exporter", help="run one of the exporters (serves /metrics)",
                              description="Run an exporter. Each serves Prometheus /metrics.")
         exp_sub = exp.add_subparsers(dest="exporter", metavar="EXPORTER", required=True)
-        for module in EXPORTERS:
+        for module in exporters:
             importlib.import_module(module).register(exp_sub)
     return parser
 
@@ -109,7 +138,8 @@ def describe_os_error(exc: OSError | OverflowError, args: argparse.Namespace) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -43,6 +43,7 @@ from inferwatch.connections import (
     raise_fd_limit,
 )
 from inferwatch.errors import UsageError
+from inferwatch.loops import close_stopped_loop
 from inferwatch.ratelog import ConditionLog
 from inferwatch.specload import Duration
 
@@ -226,6 +227,7 @@ class BoundedServer:
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(15)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(15)
+        close_stopped_loop(self._loop, self._thread)
         self._pool.shutdown(wait=False)
 
     @property

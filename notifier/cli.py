@@ -82,6 +82,12 @@ def run(args: argparse.Namespace) -> int:
         return _routes_test(spec, args)
     if args.notifier_command == "outbox":
         return _outbox(spec, args)
+    from inferwatch.notifier import integrity
+
+    # The data folder and outbox checks first, which need none of the service's imports (a second of CPU): a
+    # refusal is one line at once. The service checks again when it opens the outbox.
+    integrity.check_data_dir(Path(args.data_dir or spec.notifier.data_dir) / integrity.OUTBOX_FILE,
+                             args.move_damaged_outbox)
     from inferwatch.notifier.service import NotifierService
 
     if args.spec:

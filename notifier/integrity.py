@@ -30,6 +30,7 @@ from pathlib import Path
 
 from inferwatch.errors import UsageError
 
+OUTBOX_FILE = "outbox.sqlite3"  # the outbox database in the notifier's data folder
 LEDGER_SUFFIX = ".acked"
 SIDE_FILES = ("-wal", "-shm", LEDGER_SUFFIX)  # moved aside with the database
 _LEDGER_WIDTH = 64
@@ -209,6 +210,24 @@ def _inspect(db: Path, wal: Path | None) -> tuple[tuple[int, int], str | None]:
         # No room for the copy (a full temporary directory): read the files in place. With the -wal there
         # this can only add a missing -shm, an index SQLite rebuilds, not the damage the message names.
         return read(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0))
+
+
+def check_data_dir(path: Path, move_damaged: bool) -> Damage | None:
+    """The start-up checks of the outbox `path` in its data folder, before anything is opened: the folder is
+    created and must be writable (UsageError), then `check(path)`: its Damage, which raises OutboxDamaged
+    (refusal()) unless `move_damaged`; None for a whole or fresh outbox. Imports nothing heavy, so the CLI
+    refuses a damaged outbox before loading the service (aiohttp, the channels)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot use --data-dir {path.parent}: {exc.strerror or exc}") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot use --data-dir {path.parent}: not writable (a read-only file system or "
+                         "wrong owner); the outbox needs to create its files there")
+    damage = check(path)
+    if damage is not None and not move_damaged:
+        raise refusal(damage)
+    return damage
 
 
 def refusal(damage: Damage) -> OutboxDamaged:

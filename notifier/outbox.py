@@ -144,6 +144,11 @@ class Outbox:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.dedup_window_s = dedup_window_s
         self._local = threading.local()
+        # Every thread's open connection, so that close_all() can close them: a sqlite3 connection refers to
+        # itself (its statement cache), so one left open is freed only by the garbage collector, with its
+        # three open files (database, -wal, -shm), even after its thread ended.
+        self._open: set[sqlite3.Connection] = set()
+        self._open_lock = threading.Lock()
         # The ledger before the database: a database without one is then always a copy that left it behind.
         self.ledger = integrity.Ledger(self.path) if ledger else None
         self._db().executescript(SCHEMA)  # idempotent; executescript manages its own transaction
@@ -229,7 +234,7 @@ class Outbox:
     # ---------------------------------------------------------------------------------- connections
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
-        if db is None:
+        if db is None or db not in self._open:  # none yet, or closed by close_all()
             db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
@@ -237,6 +242,8 @@ class Outbox:
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA busy_timeout=30000")
             self._local.db = db
+            with self._open_lock:
+                self._open.add(db)
         return db
 
     class _Tx:
@@ -271,10 +278,25 @@ class Outbox:
         return self._Tx(self._db())
 
     def close(self) -> None:
+        """Close the calling thread's connection (each thread that used the outbox, when it ends)."""
         db = getattr(self._local, "db", None)
         if db is not None:
-            db.close()
             self._local.db = None
+            with self._open_lock:
+                self._open.discard(db)
+            db.close()
+
+    def close_all(self) -> None:
+        """Close every thread's connection and the ledger, once no thread uses the outbox any more (the
+        service's stop): a stopped notifier holds none of the data folder's files. A later use opens a new
+        connection; the ledger stays closed."""
+        with self._open_lock:
+            conns, self._open = list(self._open), set()
+        self._local.db = None
+        for db in conns:
+            db.close()
+        if self.ledger is not None:
+            self.ledger.close()
 
     # ---------------------------------------------------------------------------------------- intake
     def accept(self, message: WebhookMessage, planned: list[Planned],

@@ -42,7 +42,12 @@ class ThreadSender:
         return self.channels[name].send(notification)
 
     def close(self) -> None:
-        pass
+        """Close each channel's kept-alive connections (the worker's send threads have ended): a stopped
+        notifier holds no socket to a provider."""
+        for channel in self.channels.values():
+            close = getattr(channel, "close", None)
+            if close is not None:
+                close()
 
 
 _channels: dict[str, Channel] = {}  # in a pool process

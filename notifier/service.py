@@ -21,7 +21,6 @@ import asyncio
 import base64
 import hmac
 import logging
-import os
 import sqlite3
 import sys
 import threading
@@ -33,6 +32,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from inferwatch.connections import ACCEPT_BACKLOG, ConnectionGuard, Settings, connection_cap, raise_fd_limit
 from inferwatch.errors import UsageError
+from inferwatch.loops import close_stopped_loop
 from inferwatch.notifier import integrity
 from inferwatch.notifier.channels import build_channel
 from inferwatch.notifier.committer import GroupCommitter
@@ -49,7 +49,7 @@ from inferwatch.spec import Spec
 
 log = logging.getLogger(__name__)
 
-OUTBOX_FILE = "outbox.sqlite3"
+OUTBOX_FILE = integrity.OUTBOX_FILE
 READY_PROBE_INTERVAL_S = 1.0  # while the outbox is unwritable, /-/ready tries a write at most this often
 READY_WRITABLE_PROBE_S = 10.0  # while it is writable, at most this often (a disk that filled without a webhook)
 PROBE_MIN_BYTES = 64 * 1024  # a readiness probe writes at least this much: a webhook of a few alerts
@@ -57,17 +57,8 @@ PROBE_MIN_BYTES = 64 * 1024  # a readiness probe writes at least this much: a we
 
 def open_outbox(path: Path, dedup_window_s: float, move_damaged: bool) -> Outbox:
     """The service's outbox after the integrity check (integrity.py); raises OutboxDamaged or UsageError."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot use --data-dir {path.parent}: {exc.strerror or exc}") from None
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot use --data-dir {path.parent}: not writable (a read-only file system or "
-                         "wrong owner); the outbox needs to create its files there")
-    damage = integrity.check(path)
+    damage = integrity.check_data_dir(path, move_damaged)
     if damage is not None:
-        if not move_damaged:
-            raise integrity.refusal(damage)
         moved = integrity.move_aside(path)
         log.error("%s: moved aside to %s (%s); starting with an empty outbox", damage.what,
                   ", ".join(p.name for p in moved), "acknowledged webhooks lost: "
@@ -490,6 +481,7 @@ class NotifierService:
         finally:
             self.committer.stop()
             self.worker.stop()
+            self.outbox.close_all()
 
     def start(self) -> "NotifierService":
         """Run in a background thread (tests, benchmarks, the demo); port 0 picks a free port."""
@@ -526,9 +518,10 @@ class NotifierService:
             asyncio.run_coroutine_threadsafe(self._stop_http(), self._loop).result(15)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(15)
+            close_stopped_loop(self._loop, self._thread)
         self.committer.stop()
         self.worker.stop()
-        self.outbox.close()
+        self.outbox.close_all()
 
     @property
     def url(self) -> str:

@@ -5,7 +5,10 @@ A missing binary fails the test with the command that installs it (never a silen
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import gc
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -95,3 +98,50 @@ def alertmanager_factory(tmp_path_factory):
     """Start Alertmanager: factory(config_path, **start_alertmanager kwargs)."""
     with _servers(tmp_path_factory, "alertmanager", start_alertmanager) as factory:
         yield factory
+
+
+# A module that leaves many more open files than it found leaks them (an unclosed socket, sqlite connection,
+# pipe or session): over the whole suite such leaks once passed 1,024 descriptors, where select() fails. The
+# count is taken after a garbage collection (objects nobody holds any more are closed by it), after the
+# module's own fixtures are gone; session fixtures first used in a module (the shared Triton) open a few.
+# INFERWATCH_FD_LEAK_LIMIT=0 only reports (the summary line at the end), failing no module.
+FD_LEAK_LIMIT = int(os.environ.get("INFERWATCH_FD_LEAK_LIMIT", "24"))
+_FD_DIR = Path("/proc/self/fd")
+_FD_GROWTH: dict[str, int] = {}  # module -> open files it left (negative: it closed some it found)
+
+
+def _open_fds() -> dict[int, str]:
+    """{fd: what it is (a path, socket:[inode], pipe:[inode])} of this process; {} where /proc is missing."""
+    out = {}
+    with contextlib.suppress(OSError):
+        for entry in _FD_DIR.iterdir():
+            with contextlib.suppress(OSError):
+                out[int(entry.name)] = os.readlink(entry)
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_fd_leak_per_module(request):
+    """Fail the module's last test (at teardown) when the module left more than FD_LEAK_LIMIT (env
+    INFERWATCH_FD_LEAK_LIMIT) descriptors open; the message lists the new ones by kind."""
+    gc.collect()
+    before = _open_fds()
+    yield
+    gc.collect()
+    after = _open_fds()
+    new = {fd: what for fd, what in after.items() if before.get(fd) != what}
+    _FD_GROWTH[request.module.__name__] = len(after) - len(before)
+    if before and FD_LEAK_LIMIT > 0 and len(after) - len(before) > FD_LEAK_LIMIT:
+        kinds = collections.Counter(what.split(":")[0] if what.startswith(("socket:", "pipe:", "anon_inode:"))
+                                    else what for what in new.values())
+        pytest.fail(f"{request.module.__name__} left {len(after) - len(before)} more open files than it found "
+                    f"({len(before)} -> {len(after)}; limit {FD_LEAK_LIMIT}): "
+                    + ", ".join(f"{n} x {k}" for k, n in kinds.most_common(8)), pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The modules that left the most open files, so a slow leak shows before it reaches the limit."""
+    grown = sorted(((n, m) for m, n in _FD_GROWTH.items() if n > 0), reverse=True)[:5]
+    if grown:
+        terminalreporter.write_line("open files left per module (most first): "
+                                    + ", ".join(f"{m} +{n}" for n, m in grown))

@@ -153,3 +153,46 @@ def test_generate_check_hint_quotes_the_whole_command(tmp_path, capsys):
     err = capsys.readouterr().err
     # The whole command: following the hint must regenerate the same folder, not the repository's files.
     assert f"run `inferwatch generate --spec {spec} --out {tmp_path}`" in err
+
+
+def test_each_command_module_registers_the_command_the_lazy_map_names():
+    """`inferwatch <command>` imports only COMMAND_OF's module for <command>: the map must name what each
+    module registers, or that command would be missing from its own command line."""
+    import argparse
+    import importlib
+
+    from inferwatch.cli import COMMAND_OF, COMMANDS, EXPORTERS
+
+    assert set(COMMAND_OF) == set(COMMANDS) | set(EXPORTERS)
+    for module in COMMAND_OF:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register(sub)
+        assert list(sub.choices) == [COMMAND_OF[module]], module
+
+
+# Command lines parsed by the parser that imports only the named command and by the whole one: same result.
+LAZY_ARGV = [
+    ["notifier", "--port", "9410", "--data-dir", "d"],
+    ["-v", "notifier", "outbox", "list"],
+    ["check"],
+    ["generate", "--check"],
+    ["triage", "--prometheus", "http://127.0.0.1:9"],
+    ["exporter", "triton", "--triton-url", "http://127.0.0.1:8000"],
+    ["exporter", "gateway"],
+    ["stack", "triton"],
+]
+
+
+@pytest.mark.parametrize("argv", LAZY_ARGV, ids=[" ".join(a) for a in LAZY_ARGV])
+def test_the_parser_of_one_named_command_parses_as_the_whole_one(argv):
+    from inferwatch.cli import build_parser
+
+    def parsed(parser):
+        try:
+            return vars(parser.parse_args(argv))
+        except SystemExit as exc:
+            return {"exit": exc.code}
+
+    whole, lazy = parsed(build_parser()), parsed(build_parser(argv))
+    assert lazy == whole
+    assert "exit" not in whole, whole  # every line of the table parses: the comparison is of two parses

@@ -190,11 +190,12 @@ def test_each_api_is_metered_by_how_its_answer_ended(stack, row, api, case):
     assert {k: usage[k] for k in expected} == expected
     assert usage["unmetered"] is None
     code_label = APIS[api][7][0] if case == "server_error" else "200"
-    assert gw.value("gateway_requests_total", **labels(row), code=code_label, outcome=usage["outcome"]) == 1
+    scrape = gw.snapshot()  # the request has ended (usage written): one scrape reads its values
+    assert scrape.value("gateway_requests_total", **labels(row), code=code_label, outcome=usage["outcome"]) == 1
     # TTFT is the first generated token of any kind (reasoning first in every fixture): observed once.
-    assert gw.value("gateway_time_to_first_token_seconds_count", **labels(row)) == 1
+    assert scrape.value("gateway_time_to_first_token_seconds_count", **labels(row)) == 1
     if usage["outcome"] == "ok":
-        assert gw.value("gateway_tokens_total", **labels(row), type="output") == APIS[api][5][1]
+        assert scrape.value("gateway_tokens_total", **labels(row), type="output") == APIS[api][5][1]
 
 
 @pytest.mark.parametrize("row, path, n, usage, logprobs", CHOICE_ROWS, ids=[r[0] for r in CHOICE_ROWS])
@@ -205,7 +206,9 @@ def test_each_choice_is_its_own_sequence(stack, row, path, n, usage, logprobs):
     record = gw.wait_usage(tenant=row)
     assert (record["outcome"], record["output_tokens"]) == ("ok", n * STEPS)  # tokens add up over the choices
     assert record["method"] == ("usage" if usage else "events")
-    v = lambda name: gw.value(name, **labels(row))  # noqa: E731
+    # The request has ended (its usage record is written): its values no longer move, one scrape reads them.
+    scrape = gw.snapshot()
+    v = lambda name: scrape.value(name, **labels(row))  # noqa: E731
     # TTFT: the first token of any choice (0.1 s).
     assert 0.1 <= v("gateway_time_to_first_token_seconds_sum") < 0.1 + PERIOD
     # Time per output chunk: every gap inside one choice is PERIOD, however the choices interleave.

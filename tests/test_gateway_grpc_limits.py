@@ -19,6 +19,7 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from gateway_support import TEST_SPEC, GatewayProcess, RunningProxy, make_spec, refused_port, wait_until
+from inferwatch.loops import close_stopped_loop
 from inferwatch.testing.process import free_port
 
 TENANT = [("x-tenant-id", "acme"), ("x-service-name", "chat-web")]
@@ -71,6 +72,8 @@ class FloodingUpstream:
     def stop(self):
         asyncio.run_coroutine_threadsafe(self.server.stop(0), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        close_stopped_loop(self.loop, self.thread)
 
 
 NON_READER = """

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import _start
 from inferwatch.notifier.alertmanager_config import PATH, outputs
 from inferwatch.notifier.webhook_size import LABEL_LIMIT, VALUE_LIMIT, max_alerts
 from inferwatch.spec import spec_from_dict
+from inferwatch.testing.alertmanager import start_alertmanager
 from notifier_support import metric, notifier_behind_alertmanager, wait_for
 
 BODY_LIMIT = 2 * 1024 * 1024
@@ -36,20 +38,32 @@ ROWS = [
 ]
 
 
-@pytest.mark.parametrize("name, value, labels, extra", ROWS, ids=[r[0] for r in ROWS])
-def test_a_group_of_any_size_reaches_the_channel_counted(tmp_path, alertmanager_factory, name, value, labels, extra):
-    with notifier_behind_alertmanager(tmp_path, {"L1": ["alertname"]}, max_body_bytes=BODY_LIMIT) as (sims, svc, data):
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """(simulators, notifier, max_alerts, Alertmanager): one notifier behind one real Alertmanager for every
+    row, instead of one of each per row. Groups are by alertname and each row has its own, so each row's page
+    is its own; the too_large count must stay 0 across all rows."""
+    tmp = tmp_path_factory.mktemp("webhook-size")
+    with notifier_behind_alertmanager(tmp, {"L1": ["alertname"]}, max_body_bytes=BODY_LIMIT) as (sims, svc, data):
         spec = spec_from_dict(data)
-        limit = max_alerts(spec)
-        config = tmp_path / "alertmanager.yml"
+        config = tmp / "alertmanager.yml"
         config.write_text(outputs(spec)[PATH])
-        am = alertmanager_factory(config)
-        am.post_alerts(_alerts(name, limit + extra, value, labels))
-        event = wait_for(lambda: next((r.body for r in sims.pagerduty.received if name in r.text), None),
-                         timeout=60, what=f"the {name} page")
-        details = event["payload"]["custom_details"]
-        print(f"\n{name}: max_alerts {limit} at max_body_bytes {BODY_LIMIT}; {limit + extra} alerts -> "
-              f"{details['num_firing']} in the body, {details['truncated_alerts']} counted as not included")
-        assert (details["num_firing"], details["truncated_alerts"]) == (limit, extra)
-        assert f"{extra} more not included" in event["payload"]["summary"]
-        assert metric(svc.url, 'inferwatch_notifier_webhooks_total{outcome="too_large"}') == 0
+        am = _start(start_alertmanager, tmp_path_factory.mktemp("alertmanager"), config)
+        try:
+            yield sims, svc, max_alerts(spec), am
+        finally:
+            am.stop()
+
+
+@pytest.mark.parametrize("name, value, labels, extra", ROWS, ids=[r[0] for r in ROWS])
+def test_a_group_of_any_size_reaches_the_channel_counted(stack, name, value, labels, extra):
+    sims, svc, limit, am = stack
+    am.post_alerts(_alerts(name, limit + extra, value, labels))
+    event = wait_for(lambda: next((r.body for r in sims.pagerduty.received if name in r.text), None),
+                     timeout=60, what=f"the {name} page")
+    details = event["payload"]["custom_details"]
+    print(f"\n{name}: max_alerts {limit} at max_body_bytes {BODY_LIMIT}; {limit + extra} alerts -> "
+          f"{details['num_firing']} in the body, {details['truncated_alerts']} counted as not included")
+    assert (details["num_firing"], details["truncated_alerts"]) == (limit, extra)
+    assert f"{extra} more not included" in event["payload"]["summary"]
+    assert metric(svc.url, 'inferwatch_notifier_webhooks_total{outcome="too_large"}') == 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from inferwatch.rules.cluster import keep_label, select
 from inferwatch.rules.generate import RULES_DIR, outputs
 from inferwatch.rules.names import ALERTS
 from inferwatch.spec import spec_from_dict
+from promtool_support import promtool_test_files
 from rule_labels import alert_rules
 from test_rules import TESTS_DIR, promtool
 
@@ -57,9 +57,8 @@ def rules_dir(tmp_path_factory) -> Path:
 def run_promtool(root: Path, files: dict[str, dict]) -> None:
     for name, data in files.items():
         (root / "tests" / name).write_text(yaml.safe_dump(data, sort_keys=False, width=10**6, allow_unicode=True))
-    out = subprocess.run([promtool(), "test", "rules", *files], cwd=root / "tests", capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
-    assert out.stdout.count("SUCCESS") == len(files)
+    passed, failed = promtool_test_files(promtool(), list(files), root / "tests")
+    assert passed == len(files) and not failed, failed
 
 
 # ------------------------------------------------------------------------------------------- the rewrite

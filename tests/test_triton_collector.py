@@ -206,17 +206,30 @@ def test_restricted_statistics_api(triton_factory, caplog):
     assert TOKEN not in caplog.text
 
 
+@pytest.fixture(scope="module")
+def health_restricted_triton(tmp_path_factory):
+    """One Triton with `health` behind a token, for every row of the table below: each row only reads it
+    (its own collector, its own headers), so one start serves them all instead of one per row."""
+    from conftest import _start
+    from inferwatch.testing.triton import start_triton
+
+    server = _start(start_triton, tmp_path_factory.mktemp("triton-health-restricted"), EXAMPLE_MODEL_REPOSITORY,
+                    extra_args=[f"--http-restricted-api=health:triton-access-token={TOKEN}"],
+                    ready_path="/v2/models/stats")
+    yield server
+    server.stop()
+
+
 @pytest.mark.parametrize("headers, refused", [
     ({"triton-access-token": TOKEN}, False),  # the header configured: health read as usual
     ({}, True),  # no header: 403, "configure the header", never "server down"
     ({"triton-access-token": "wrong"}, True),
 ], ids=["header", "no-header", "wrong-header"])
-def test_restricted_health_api_is_forbidden_not_down(triton_factory, caplog, headers, refused):
+def test_restricted_health_api_is_forbidden_not_down(health_restricted_triton, caplog, headers, refused):
     """Triton's --http-restricted-api covering `health` answers /v2/health/* with 403: the server answered,
     so it is up; whether it is live or ready is unknown (absent: TritonServerDown and TritonServerNotReady
     read `== 0`), and the refusal is counted as cause `forbidden` and logged once with what to do."""
-    server = triton_factory(extra_args=[f"--http-restricted-api=health:triton-access-token={TOKEN}"],
-                            ready_path="/v2/models/stats")
+    server = health_restricted_triton
     with caplog.at_level(logging.WARNING), collector_for(target(server, headers=headers)) as c:
         c.poll_once()
         c.poll_once()

@@ -27,6 +27,7 @@ from inferwatch.exporters.triton.replicas import (
     target_families,
 )
 from inferwatch.exporters.triton.snapshot import TritonSnapshot
+from inferwatch.loops import close_stopped_loop
 from inferwatch.redaction import redact
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,7 @@ class TritonCollector:
         asyncio.run_coroutine_threadsafe(self._close_readers(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        close_stopped_loop(self._loop, self._thread)
 
     # ------------------------------------------------------------------------------------ scraping
     def snapshots(self) -> list[TritonSnapshot]:

@@ -36,6 +36,7 @@ from collections import deque
 
 from aiohttp import web
 
+from inferwatch.loops import close_stopped_loop
 from inferwatch.testing.channel_text import slack_block_ok, slack_display, slack_text_chars, wecom_display
 
 MODES = ("ok", "down", "hang", "rate_limit", "bad_key", "big", "trickle", "trickle_head")
@@ -443,6 +444,7 @@ class ProviderSimulators:
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(15)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(15)
+        close_stopped_loop(self._loop, self._thread)
         self._loop = None
 
     def set_mode(self, mode: str, hang_s: float | None = None) -> None:

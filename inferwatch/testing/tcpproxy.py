@@ -15,6 +15,8 @@ import itertools
 import threading
 from collections import Counter
 
+from inferwatch.loops import close_stopped_loop
+
 
 class RoundRobinProxy:
     """Listens on `host`:`port` (0: a free port) and pipes each accepted connection to the next backend of
@@ -51,6 +53,7 @@ class RoundRobinProxy:
             asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        close_stopped_loop(self._loop, self._thread)
 
     def __enter__(self) -> RoundRobinProxy:
         return self

@@ -130,6 +130,10 @@ class HttpChannel:
         self.last_size = 0     # size of the last message rendered (what a "too long" answer refers to)
         self.last_budget = 0   # the size it was rendered within
 
+    def close(self) -> None:
+        """Close the session's kept-alive connections; a later send opens new ones."""
+        self.session.close()
+
     def send(self, notification: Notification) -> DeliveryResult:
         """Render and send `notification`; never raises for provider trouble or a missing secret."""
         try:
