@@ -33,6 +33,7 @@ SLO_TTFT = "tier_slo_window:gateway_time_to_first_token_seconds:ratio_over_slo"
 SLO_ERROR_RATE = "tier_slo_window:gateway_requests_errors:rate"
 SLO_TTFT_FAST = "tier_slo_window:gateway_time_to_first_token_seconds_within_slo:rate"
 SLO_TTFT_COUNT = "tier_slo_window:gateway_time_to_first_token_seconds_count:rate"
+SLO_HISTORY = "slo_window:gateway_scrapes:history_ratio"
 CANCELLED_OUTCOME = 'outcome="cancelled"'
 WHO = "tenant {{ $labels.tenant }}, model {{ $labels.model }}, tier {{ $labels.tier }}"
 
@@ -137,6 +138,16 @@ def slo_recording_rules(spec: Spec) -> list[Recording]:
         fast = ratio(f"sum by (tier) ({over(SLO_TTFT_FAST, w)})", f"sum by (tier) ({over(SLO_TTFT_COUNT, w)})",
                      ("tier",))
         rules.append(Recording(SLO_TTFT, f"1 - (\n{indent(fast)}\n)", label))
+    long_windows = sorted({pair.long for pair in spec.layers.L3.burn_rate_windows})
+    scrape_s = spec.prometheus.scrape_interval.seconds
+    # How much of each long window Prometheus has watched the gateway for, past the first shortest window:
+    # the shortest window's rates over less than their own span are extrapolated from the first scrapes, so
+    # the history starts counting once one whole shortest window is held (0 until then, 1 once the long
+    # window is full).
+    for w in (w for w in long_windows if w != base):
+        scrapes = f"max by () (count_over_time({gateway('up')}[{w}]))"
+        span = f"({scrapes} * {num(scrape_s)} - {num(base.seconds)}) / {num(w.seconds - base.seconds)}"
+        rules.append(Recording(SLO_HISTORY, f"clamp_min(clamp_max({span}, 1), 0)", {"slo_window": str(w)}))
     return rules
 
 
@@ -146,6 +157,7 @@ def _threshold(factor: float, objective: float) -> str:
 
 def burn_rate_alerts(spec: Spec) -> list[Alert]:
     l3 = spec.layers.L3
+    base = slo_windows(spec)[0]
     alerts = []
     slos = (("LlmAvailabilityBurnRate", "availability", SLO_ERRORS, "availability_objective",
              "of requests failed"),
@@ -159,7 +171,14 @@ def burn_rate_alerts(spec: Spec) -> list[Alert]:
                 def sel(name: str, w: Duration, tier_name: str = tier_name) -> str:
                     return f'max without (slo_window) ({name}{{tier="{tier_name}", slo_window="{w}"}})'
 
-                expr = (f"{sel(series, pair.long)} > {threshold}\nand on (tier)\n"
+                # The long window's misses counted against the requests of the whole window: a Prometheus
+                # holding 5 minutes of a 1h window otherwise judges the hour by those 5 minutes, and a start-up
+                # burst pages as if the budget of an hour had burnt. No gateway `up` (a store without it): the
+                # history is unknown, the window judged as it is.
+                history = (f'({SLO_HISTORY}{{slo_window="{pair.long}"}} or on () vector(1))')
+                long_full = (f"{sel(series, pair.long)} * on () group_left () {history} > {threshold}\n"
+                             f"and on (tier)\n") if pair.long != base else ""
+                expr = (f"{sel(series, pair.long)} > {threshold}\nand on (tier)\n{long_full}"
                         f"{sel(series, pair.short)} > {threshold}\nand on (tier)\n"
                         f"{sel(SLO_REQUESTS, pair.short)} > {num(l3.min_request_rate)}")
                 target = (f", TTFT target {num(tier.ttft_slo_seconds)} s" if slo == "ttft" else "")

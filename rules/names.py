@@ -122,6 +122,9 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "tier_slo_window:gateway_time_to_first_token_seconds:ratio_over_slo": (
         ("tier", "slo_window"), "TTFT SLI misses: streamed requests slower than the tier's ttft_slo_seconds / "
                                 "all streamed requests over slo_window"),
+    "slo_window:gateway_scrapes:history_ratio": (
+        ("slo_window",), "share of each long SLO window Prometheus has scraped the gateway for, 0-1 (the burn-rate "
+                         "alerts count a long window's misses against the requests of the whole window)"),
 }
 
 

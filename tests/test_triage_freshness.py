@@ -72,8 +72,8 @@ def triage(prometheus, node):
 CASES = [
     ("node-fresh", False, []),
     ("node-exporter-down", True, ["GPU exporter", "on node node-exporter-down", "is down: up = 0"]),
-    ("node-scrapes-stopped", True, ["stopped reporting", "newest scrape is 301 s old", "2 scrape intervals (30 s)",
-                                    "holds its series stale"]),
+    ("node-scrapes-stopped", True, ["stopped reporting", "newest scrape is 301 s old",
+                                    "2 scrape intervals (30 s; one every 15 s, observed", "holds its series stale"]),
     ("node-no-up", False, []),
 ]
 

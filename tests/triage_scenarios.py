@@ -132,13 +132,19 @@ def situation_series(s: Situation, start: float, end: float) -> list[Series]:
     return out
 
 
+SCRAPING_ON_S = 20 * 60
+
+
 def metrics_port_blocked_series(start: float, end: float) -> list[Series]:
     """Triton on node-e answers its HTTP API (the collector reaches it) but its :8002/metrics cannot be
     scraped; the node's GPU exporter is fine. TritonServerDown should say: metrics port blocked."""
     node, triton = "node-e", "triton-node-e"
+    # Prometheus keeps scraping while the module's tests run (minutes on a busy machine): its `up` samples go on
+    # past `end`, so triage finds the GPU exporter fresh by its own scrape interval whenever a test asks.
+    scraping = end + SCRAPING_ON_S
     return [
-        gauge("up", {"job": "triton", "instance": f"{node}:8002", "node": node, "triton": triton}, 0, start, end),
-        gauge("up", {"job": "inferwatch-gpu", "instance": f"{node}:9400", "node": node}, 1, start, end),
+        gauge("up", {"job": "triton", "instance": f"{node}:8002", "node": node, "triton": triton}, 0, start, scraping),
+        gauge("up", {"job": "inferwatch-gpu", "instance": f"{node}:9400", "node": node}, 1, start, scraping),
         gauge("inferwatch_triton_up", {"job": "inferwatch-triton", "instance": "collector:9401", "node": node,
                                        "triton": triton}, 1, start, end),
         gauge("inferwatch_gpu_up", {"job": "inferwatch-gpu", "instance": f"{node}:9400", "node": node, "gpu": "0",

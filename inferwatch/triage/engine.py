@@ -26,6 +26,7 @@ from inferwatch.triage.condition import judge as judge_condition
 from inferwatch.triage.estimates import bucket_of, split_quantile
 from inferwatch.triage.evidence import Runbook
 from inferwatch.triage.scope import scoped
+from inferwatch.triage.share import ExactShare, compared_with, exact_share, quantile_of, share_text
 from inferwatch.triage.sources import PrometheusSource, QueryResult
 from inferwatch.triage.thresholds import (
     BUILTINS,
@@ -112,6 +113,7 @@ class AlertTriage:
     fault_time: float | None = None
     error: str | None = None
     stale_sources: list = dataclasses.field(default_factory=list)  # freshness.SourceState of each stale source
+    exact_shares: list = dataclasses.field(default_factory=list)  # share.ExactShare: the condition's headline
 
     @property
     def top(self) -> MatchedFinding | None:
@@ -148,8 +150,11 @@ class AlertTriage:
             "not_judged": [{"cause": f.cause, "layer": f.layer,
                             "missing": [{"name": n, "why": self.why_missing(n)} for n in f.missing]}
                            for f in self.not_judged],
-            "stale_sources": [{"source": st.source, "up": st.up, "age_seconds": st.age_s, "reason": st.reason}
+            "stale_sources": [{"source": st.source, "up": st.up, "age_seconds": st.age_s, "reason": st.reason,
+                               "scrape_interval_seconds": st.interval_s, "interval_from": st.interval_from}
                               for st in self.stale_sources],
+            "exact_shares": [{"query": x.query, "threshold": x.threshold_name, "threshold_value": x.threshold,
+                              "quantile": x.quantile, "share": x.share} for x in self.exact_shares],
             "thresholds": [{"name": t.name, "spec": t.path, "value": _json_value(t.value), "reason": t.reason}
                            for t in self.thresholds],
             "evidence": [{"name": e.result.name, "value": e.result.value, "unit": e.unit, "shown": e.shown,
@@ -285,7 +290,34 @@ def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None,
         result.error = f"{runbook.path}: {exc}"
         return result
     result.condition, result.findings, result.not_judged = verdict.condition, verdict.findings, verdict.not_judged
+    result.exact_shares = _exact_shares(runbook, labels, result, values, source)
+    if result.exact_shares and result.condition is not None:
+        heads = [share_text(x.share, format_value(x.threshold, units.get(x.threshold_name, "count")), x.quantile)
+                 for x in result.exact_shares]
+        result.condition.summary = "; ".join(heads) + ". " + result.condition.summary
     return result
+
+
+def _exact_shares(runbook: Runbook, labels: Mapping[str, str], result: AlertTriage,
+                  values: Mapping[str, float | None], source: PrometheusSource) -> list:
+    """The exact share within its target of each histogram quantile the alert's condition compares with a
+    threshold (inferwatch.triage.share), read from the quantile query's own buckets; none where the target is
+    no bucket edge or the histogram saw nothing."""
+    when = runbook.condition_for(labels).when
+    thresholds = [t.name for t in result.thresholds]
+    out = []
+    for e in result.evidence:
+        quantile = quantile_of(e.result.expr) if not e.skipped and e.result.value is not None else None
+        parts = split_quantile(e.result.expr) if quantile is not None else None
+        name = compared_with(when, e.result.name, thresholds) if parts is not None else None
+        target = values.get(name) if name is not None else None
+        if parts is None or target is None:
+            continue
+        buckets = source.vector(parts[0])
+        share = exact_share(buckets or [], target, parts[1])
+        if share is not None:
+            out.append(ExactShare(e.result.name, name, target, quantile, share))
+    return out
 
 
 # Selectors of Triton's own series and the collector's: evidence that exists only for a Triton model.

@@ -83,6 +83,38 @@ class PrometheusSource:
         result.value = samples[0][1] if samples else None
         return result
 
+    def vector(self, expr: str) -> list[tuple[dict, float]] | None:
+        """Every series of the instant vector `expr` at the evaluation time, (labels, value), NaN dropped
+        (`query` keeps only the largest five); None when the query fails."""
+        params = {"time": f"{self.at:.3f}"} if self.at is not None else None
+        try:
+            data = self.client.custom_query(expr, params=params)
+        except (PrometheusApiClientException, requests.RequestException):
+            return None
+        if data and not isinstance(data[0], dict):
+            return None
+        out = []
+        for item in data or []:
+            value = float(item["value"][1])
+            if not math.isnan(value):
+                out.append((item.get("metric", {}), value))
+        return out
+
+    def raw_samples(self, expr: str) -> list[tuple[dict, list[tuple[float, float]]]] | None:
+        """The stored samples of a range selector `expr` (e.g. `up{job="x"}[1h]`) at the evaluation time:
+        (labels, [(unix seconds, value), oldest first]) per series; None when the query fails."""
+        params = {"time": f"{self.at:.3f}"} if self.at is not None else None
+        try:
+            data = self.client.custom_query(expr, params=params)
+        except (PrometheusApiClientException, requests.RequestException):
+            return None
+        out = []
+        for item in data or []:
+            if not isinstance(item, dict) or not isinstance(item.get("values"), list):
+                return None   # not a matrix: `expr` was no range selector
+            out.append((item.get("metric", {}), [(float(t), float(v)) for t, v in item["values"]]))
+        return out
+
     def label_values(self, expr: str, label: str) -> list[str] | None:
         """Every value of `label` over the series `expr` returns at the evaluation time (a histogram's `le`
         edges); None when the query fails (the caller then shows the value without them)."""
