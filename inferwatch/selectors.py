@@ -31,6 +31,9 @@ SOURCES = {
     "alertmanager": "Alertmanager peers (the alerting path watching itself)",
     "prometheus": "Prometheus replicas (their own /metrics)",
     "prometheus_alerts": "Prometheus replicas' firing alerts, read from each one's /federate (HA)",
+    "victoriametrics": "the central store, single-node VictoriaMetrics (its own /metrics)",
+    "vmagent": "the edge vmagent writing to the central store (its own /metrics)",
+    "vmalert": "vmalert evaluating the rules on the central store (its own /metrics)",
 }
 # The jobs of the generated Prometheus configuration: the selectors' defaults.
 DEFAULT_JOBS = {
@@ -42,6 +45,9 @@ DEFAULT_JOBS = {
     "alertmanager": "inferwatch-alertmanager",
     "prometheus": "inferwatch-prometheus",
     "prometheus_alerts": "inferwatch-prometheus-alerts",
+    "victoriametrics": "inferwatch-victoriametrics",
+    "vmagent": "inferwatch-vmagent",
+    "vmalert": "inferwatch-vmalert",
 }
 # source -> name prefixes of the series it exposes (dcgm-exporter's DCGM_FI_*/DCGM_EXP_* included).
 METRIC_PREFIXES = {
@@ -53,6 +59,10 @@ METRIC_PREFIXES = {
     "alertmanager": ("alertmanager_",),
     "prometheus": ("prometheus_",),
     "prometheus_alerts": (),  # ALERTS, Prometheus' own series, with a `replica` label
+    # vmagent's persistent queue shares the vm_ prefix of VictoriaMetrics: listed first, so it is vmagent's.
+    "vmagent": ("vmagent_", "vm_persistentqueue_"),
+    "vmalert": ("vmalert_",),
+    "victoriametrics": ("vm_",),
 }
 # Series Prometheus writes for every target (`up`, `scrape_duration_seconds` ...): any source's selector.
 SCRAPE_SERIES = ("up", "scrape_")

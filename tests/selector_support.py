@@ -22,6 +22,10 @@ OPERATOR = {
     "alertmanager": 'namespace="monitoring", service="kube-prometheus-stack-alertmanager"',
     "prometheus": 'namespace="monitoring", service="kube-prometheus-stack-prometheus"',
     "prometheus_alerts": 'job="monitoring/prometheus-federated-alerts"',
+    # The central store's programs as VictoriaMetrics' operator names their Services.
+    "victoriametrics": 'namespace="monitoring", service="vmsingle-inferwatch"',
+    "vmagent": 'namespace="monitoring", service="vmagent-inferwatch"',
+    "vmalert": 'namespace="monitoring", service="vmalert-inferwatch"',
 }
 
 

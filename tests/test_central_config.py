@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferwatch.central import COMMANDS, EDGE_PROMETHEUS, EDGE_SCRAPE, outputs
+from inferwatch.central import COMMANDS, EDGE_PROMETHEUS, EDGE_SCRAPE, WATCH_PROMETHEUS, outputs
 from inferwatch.generate import render_all
 from inferwatch.rules.generate import RULES_DIR
 from inferwatch.spec import SpecError, spec_from_dict
@@ -56,7 +56,7 @@ def test_nothing_without_a_central_store_and_a_cluster_name_is_required():
 
 def test_vmagent_edge_config_and_command(tmp_path):
     files = outputs(spec("vmagent"))
-    assert set(files) == {EDGE_SCRAPE, COMMANDS}
+    assert set(files) == {EDGE_SCRAPE, COMMANDS, WATCH_PROMETHEUS}
     commands = yaml.safe_load(files[COMMANDS])
     assert "-remoteWrite.url=http://victoria-metrics:8428/api/v1/write" in commands["edge"]
     assert "-remoteWrite.label=cluster=eu-1" in commands["edge"]
@@ -69,7 +69,7 @@ def test_vmagent_edge_config_and_command(tmp_path):
 
 def test_agent_mode_prometheus_runs_the_edge_config(tmp_path):
     files = outputs(spec("prometheus-agent"))
-    assert set(files) == {EDGE_PROMETHEUS, COMMANDS}
+    assert set(files) == {EDGE_PROMETHEUS, COMMANDS, WATCH_PROMETHEUS}
     config = yaml.safe_load(files[EDGE_PROMETHEUS])
     assert config["global"]["external_labels"] == {"cluster": "eu-1"}
     assert config["remote_write"] == [{"url": "http://victoria-metrics:8428/api/v1/write"}]
