@@ -109,14 +109,14 @@ def watch_jobs(spec: Spec) -> list[tuple[str, dict]]:
     return jobs
 
 
-def watch_prometheus_config(spec: Spec) -> dict:
+def watch_prometheus_config(spec: Spec, rule_file: str = WATCH_RULES) -> dict:
     """The store's watcher: a Prometheus (not agent mode) scraping the store's programs, evaluating their
     alerts and sending them to Alertmanager itself; it writes nothing to the store, so it works while the
     store is down. No external label: the store and vmalert serve every cluster (the edge's target carries
     its cluster)."""
     p = spec.prometheus
     return {"global": {"scrape_interval": str(p.scrape_interval), "evaluation_interval": str(p.evaluation_interval)},
-            "rule_files": [WATCH_RULES],
+            "rule_files": [rule_file],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": alertmanager_addresses(spec)}]}]},
             "scrape_configs": [j for _source, j in watch_jobs(spec)]}
 

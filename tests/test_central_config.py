@@ -133,7 +133,12 @@ def test_compose_override_for_the_central_store(tmp_path):
 
     files = render_all(spec("vmagent"))
     override = yaml.safe_load(files[f"{OUT_DIR}/central.yml"])
-    assert set(override["services"]) == {"victoria-metrics", "vmagent", "vmalert"}
+    assert set(override["services"]) == {"victoria-metrics", "vmagent", "vmalert", "store-watcher"}
+    watch = yaml.safe_load(files[f"{OUT_DIR}/watch-prometheus.yml"])
+    assert {t for job in watch["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]} == {
+        "victoria-metrics:8428", "vmalert:8880", "vmagent:8429"}
+    assert watch["rule_files"] == ["/etc/prometheus/rules/centralstore.yml"]
+    assert watch["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
     assert "-remoteWrite.label=cluster=eu-1" in override["services"]["vmagent"]["command"]
     assert "-notifier.url=http://alertmanager:9093" in override["services"]["vmalert"]["command"]
     scrape = yaml.safe_load(files[f"{OUT_DIR}/edge-scrape.yml"])
