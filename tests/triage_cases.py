@@ -147,13 +147,13 @@ CONDITION = {
     "VmagentRemoteWriteFailing": Condition(
         {"job": "inferwatch-vmagent", "instance": "vmagent:8429", "signal": "errors"},
         {"errors_per_second": 0.05, "pending_bytes": 0, "queue_growth_per_second": 0, "dropped_recent": 0},
-        {"errors_per_second": 0}),
+        {"errors_per_second": 0, "dropped_recent": 0}),
     "VmalertDown": Condition({"job": "inferwatch-vmalert", "instance": "vmalert:8880"}, {"vmalert_up": 0},
                              {"vmalert_up": 1}),
     "VmalertFailing": Condition(
         {"job": "inferwatch-vmalert", "instance": "vmalert:8880", "signal": "evaluation"},
         {"evaluation_errors_per_second": 0.6, "send_errors_per_second": 0, "write_errors_per_second": 0},
-        {"evaluation_errors_per_second": 0}),
+        {"evaluation_errors_per_second": 0, "send_errors_per_second": 0}),
 }
 
 F = FindingCase
