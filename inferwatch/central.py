@@ -16,18 +16,30 @@ holds (`inferwatch.rules.promconfig.scrape_jobs`). Generated only when `central_
 deploy/central/edge-scrape.yml (vmagent) or edge-prometheus.yml (Prometheus in agent mode) and
 commands.yaml, the command line of each process; `edge_command`/`vmalert_command` give the same argument
 lists to the compose and Kubernetes outputs and to the test launchers (inferwatch/testing/victoriametrics.py).
+
+The store cannot watch itself: `watch-prometheus.yml` is the store's watcher, a small Prometheus beside it that
+scrapes VictoriaMetrics, vmalert and the edge vmagent and evaluates only their alerts
+(rules/generated/centralstore.yml, inferwatch.rules.centralstore), sending to Alertmanager directly, so a
+store outage pages (docs/central-store-selfwatch.md).
 """
 
 from __future__ import annotations
 
+from urllib.parse import urlparse
+
 from inferwatch.rules.generate import HEADER, dump
-from inferwatch.rules.promconfig import scrape_jobs
+from inferwatch.rules.promconfig import alertmanager_addresses, scrape_jobs, with_selector
 from inferwatch.spec import Spec
 
 OUT_DIR = "deploy/central"
 EDGE_SCRAPE = f"{OUT_DIR}/edge-scrape.yml"
 EDGE_PROMETHEUS = f"{OUT_DIR}/edge-prometheus.yml"
 COMMANDS = f"{OUT_DIR}/commands.yaml"
+WATCH_PROMETHEUS = f"{OUT_DIR}/watch-prometheus.yml"
+# The watcher's only rule file, relative to its configuration file (Prometheus resolves rule_files so).
+WATCH_RULES = "../../rules/generated/centralstore.yml"
+# The sources (spec `selectors`) the watcher scrapes, not the cluster's Prometheus.
+WATCH_SOURCES = ("victoriametrics", "vmalert", "vmagent")
 
 
 def edge_scrape_config(spec: Spec) -> dict:
@@ -75,6 +87,46 @@ def vmalert_command(spec: Spec, rule_files: str) -> list[str]:
             f"-evaluationInterval={interval}", f"-datasource.queryStep={interval}", "-disableAlertgroupLabel"]
 
 
+def watch_jobs(spec: Spec) -> list[tuple[str, dict]]:
+    """(source, scrape job) of the store's watcher: VictoriaMetrics (the host of `central_store.url`), vmalert
+    (`central_store.vmalert`) and, with a vmagent edge, this cluster's vmagent (`central_store.edge_address`,
+    labelled with the cluster's name so its alerts name the cluster). Each job is named and labelled so that
+    the spec's selector of its source picks it (inferwatch.rules.promconfig.with_selector)."""
+    c = spec.central_store
+    store = urlparse(c.url)
+
+    def job(source: str, address: str, labels: dict[str, str] | None = None, scheme: str = "http") -> dict:
+        built = {"job_name": source, "metrics_path": "/metrics",
+                 "static_configs": [{"targets": [address], **({"labels": dict(labels)} if labels else {})}]}
+        if scheme == "https":
+            built["scheme"] = "https"
+        return with_selector(built, spec.selectors.of(source), source)
+
+    jobs = [("victoriametrics", job("victoriametrics", store.netloc, scheme=store.scheme)),
+            ("vmalert", job("vmalert", c.vmalert))]
+    if c.edge == "vmagent":
+        jobs.append(("vmagent", job("vmagent", c.edge_address, dict(spec.external_labels))))
+    return jobs
+
+
+def watch_prometheus_config(spec: Spec, rule_file: str = WATCH_RULES) -> dict:
+    """The store's watcher: a Prometheus (not agent mode) scraping the store's programs, evaluating their
+    alerts and sending them to Alertmanager itself; it writes nothing to the store, so it works while the
+    store is down. No external label: the store and vmalert serve every cluster (the edge's target carries
+    its cluster)."""
+    p = spec.prometheus
+    return {"global": {"scrape_interval": str(p.scrape_interval), "evaluation_interval": str(p.evaluation_interval)},
+            "rule_files": [rule_file],
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": alertmanager_addresses(spec)}]}]},
+            "scrape_configs": [j for _source, j in watch_jobs(spec)]}
+
+
+def watch_command(config_path: str, data_path: str) -> list[str]:
+    """The watcher's command line; a day of data is enough for its rate windows and a look back."""
+    return ["prometheus", f"--config.file={config_path}", f"--storage.tsdb.path={data_path}",
+            "--storage.tsdb.retention.time=1d"]
+
+
 def outputs(spec: Spec) -> dict[str, str]:
     """{relative path: text} for `inferwatch generate`; nothing without `central_store.url`."""
     if not spec.central_store.enabled:
@@ -87,8 +139,10 @@ def outputs(spec: Spec) -> dict[str, str]:
         "vmalert": vmalert_command(spec, "rules/generated/*.yml"),
         "victoria-metrics": ["victoria-metrics", "-storageDataPath=/var/lib/victoria-metrics",
                              "-retentionPeriod=30d"],
+        "watch": watch_command(WATCH_PROMETHEUS, "/var/lib/inferwatch-watch"),
     }
     head = HEADER.replace("from the spec", f"from the spec (central store, cluster {spec.cluster.name})")
     return {config_file: head + dump(config),
+            WATCH_PROMETHEUS: head + dump(watch_prometheus_config(spec)),
             COMMANDS: head + "# The command line of each process, paths relative to the repository root.\n"
                       + dump(commands)}

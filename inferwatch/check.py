@@ -89,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
     # of one's own (the Prometheus Operator's), but the generated prometheus.yml would leave alerts blind.
     for warning in unmatched_selectors(spec):
         print(f"warning: {warning}", file=sys.stderr)
+    # Declared tenants that the generated Kubernetes gateway would bill `other` (it trusts only loopback there).
+    from inferwatch.kubernetes.tenancy import findings as tenant_trust_findings
+
+    for trust in tenant_trust_findings(spec):
+        print(f"warning: {trust}", file=sys.stderr)
     print(f"{name}: OK ({len(spec.targets.triton)} Triton target(s), "
           f"{len(spec.tiers)} tier(s), {len(spec.tenants)} tenant(s), {len(spec.channels)} channel(s), "
           f"{len(spec.routes)} route(s))")

@@ -105,16 +105,19 @@ VM_VERSION = "v1.79.5"  # the Debian package's release, which the tests run
 def central_outputs(spec: Spec) -> dict[str, str]:
     """With a central store (spec `central_store`): deploy/compose/central.yml, an override adding
     VictoriaMetrics, this cluster's vmagent (scraping the compose targets, deploy/compose/edge-scrape.yml) and
-    vmalert (the rules, notifying the compose Alertmanager), with inferwatch.central's command lines:
+    vmalert (the rules, notifying the compose Alertmanager), and the store's watcher (store-watcher, a
+    Prometheus from deploy/compose/watch-prometheus.yml paging on the store's own faults), with
+    inferwatch.central's command lines:
     `docker compose -f docker-compose.yml -f deploy/compose/central.yml up`. Grafana can then use
     http://victoria-metrics:8428 as its Prometheus data source."""
-    from inferwatch.central import edge_command, edge_scrape_config, vmalert_command
+    from inferwatch.central import edge_command, edge_scrape_config, vmalert_command, watch_prometheus_config
 
     if not spec.central_store.enabled:
         return {}
     store = "http://victoria-metrics:8428"
     cs = compose_spec(spec)
-    cs = dataclasses.replace(cs, central_store=dataclasses.replace(cs.central_store, url=store, edge="vmagent"))
+    cs = dataclasses.replace(cs, central_store=dataclasses.replace(cs.central_store, url=store, edge="vmagent",
+                                                                   vmalert="vmalert:8880", edge_address="vmagent:8429"))
     images = {name: f"victoriametrics/{name}:{VM_VERSION}" for name in ("victoria-metrics", "vmagent", "vmalert")}
     services = {
         "victoria-metrics": {"image": images["victoria-metrics"], "restart": "unless-stopped",
@@ -129,11 +132,20 @@ def central_outputs(spec: Spec) -> dict[str, str]:
                     "command": vmalert_command(cs, "/etc/vmalert/rules/*.yml")[1:],
                     "volumes": ["./rules/generated:/etc/vmalert/rules:ro"],
                     "depends_on": ["victoria-metrics", "alertmanager"]},
+        # The store's watcher (inferwatch.central): pages when the store, vmagent or vmalert fails.
+        "store-watcher": {"image": PROMETHEUS_IMAGE, "restart": "unless-stopped",
+                          "command": ["--config.file=/etc/prometheus/watch-prometheus.yml",
+                                      "--storage.tsdb.path=/prometheus", "--storage.tsdb.retention.time=1d"],
+                          "volumes": [f"./{OUT_DIR}/watch-prometheus.yml:/etc/prometheus/watch-prometheus.yml:ro",
+                                      "./rules/generated:/etc/prometheus/rules:ro"],
+                          "depends_on": ["victoria-metrics", "vmagent", "vmalert", "alertmanager"]},
     }
     head = HEADER.replace("from the spec", "from the spec (central store, inferwatch/compose.py)")
     override = {"services": services, "volumes": {"victoria-metrics-data": {}}}
     return {f"{OUT_DIR}/central.yml": head + dump(override),
-            f"{OUT_DIR}/edge-scrape.yml": head + dump(edge_scrape_config(cs))}
+            f"{OUT_DIR}/edge-scrape.yml": head + dump(edge_scrape_config(cs)),
+            f"{OUT_DIR}/watch-prometheus.yml": head + dump(
+                watch_prometheus_config(cs, "/etc/prometheus/rules/centralstore.yml"))}
 def _replicated(spec: Spec) -> bool:
     h = spec.ha
     return len(h.prometheus) > 1 or len(h.alertmanager) > 1 or h.notifier_replicas > 1

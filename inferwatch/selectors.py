@@ -32,6 +32,9 @@ SOURCES = {
     "prometheus": "Prometheus replicas (their own /metrics)",
     "prometheus_alerts": "Prometheus replicas' firing alerts, read from each one's /federate (HA)",
     "engine": "LLM engines' own families (TensorRT-LLM and vLLM backends on Triton's /metrics, a vLLM server)",
+    "victoriametrics": "the central store, single-node VictoriaMetrics (its own /metrics)",
+    "vmagent": "the edge vmagent writing to the central store (its own /metrics)",
+    "vmalert": "vmalert evaluating the rules on the central store (its own /metrics)",
 }
 # The jobs of the generated Prometheus configuration: the selectors' defaults.
 DEFAULT_JOBS = {
@@ -43,6 +46,9 @@ DEFAULT_JOBS = {
     "alertmanager": "inferwatch-alertmanager",
     "prometheus": "inferwatch-prometheus",
     "prometheus_alerts": "inferwatch-prometheus-alerts",
+    "victoriametrics": "inferwatch-victoriametrics",
+    "vmagent": "inferwatch-vmagent",
+    "vmalert": "inferwatch-vmalert",
 }
 # source -> name prefixes of the series it exposes (dcgm-exporter's DCGM_FI_*/DCGM_EXP_* included).
 METRIC_PREFIXES = {
@@ -57,6 +63,10 @@ METRIC_PREFIXES = {
     # TensorRT-LLM backend's nv_trt_llm_* (longer than Triton's nv_: source_of takes the longest prefix),
     # vLLM's vllm:* (a vLLM server, or Triton's vLLM backend re-exporting them).
     "engine": ("nv_trt_llm_", "vllm:"),
+    # vmagent's persistent queue shares the vm_ prefix of VictoriaMetrics: listed first, so it is vmagent's.
+    "vmagent": ("vmagent_", "vm_persistentqueue_"),
+    "vmalert": ("vmalert_",),
+    "victoriametrics": ("vm_",),
 }
 # Sources without a job of their own: their default selector, where the job default does not apply.
 # `engine`: the engines' families come from Triton's :8002 (job `triton`, or the Prometheus Operator's job

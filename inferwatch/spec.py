@@ -168,6 +168,15 @@ class CentralStore:
                              "http://victoria-metrics:8428; empty: no central store")
     edge: str = field("vmagent", doc="what scrapes each cluster and writes to the store: vmagent or "
                                      "prometheus-agent (Prometheus with --enable-feature=agent)")
+    vmalert: str = field("vmalert:8880", doc="host:port of vmalert's own /metrics, scraped by the store's watcher "
+                                         "(deploy/central/watch-prometheus.yml)")
+    edge_address: str = field("vmagent:8429", doc="host:port of this cluster's vmagent's own /metrics, scraped by "
+                                                  "the watcher (edge vmagent only)")
+    min_free_disk_ratio: float = field(0.2, doc="VictoriaMetricsDiskSpaceLow below this share of free space in the "
+                                                "store's space (free / (free + data)); VictoriaMetrics' capacity "
+                                                "planning asks for 20% free for background merges")
+    queue_pending_bytes: int = field(64 * 2**20, doc="VmagentRemoteWriteFailing (queue_growing) above this many bytes "
+                                                     "waiting in vmagent's queue for the store and still growing")
 
     @property
     def enabled(self) -> bool:
@@ -183,6 +192,9 @@ class CentralStore:
             raise SpecError(f"{path}.url", f"expected an http(s) URL, got {self.url!r}")
         if self.edge not in ("vmagent", "prometheus-agent"):
             raise SpecError(f"{path}.edge", f"expected vmagent or prometheus-agent, got {self.edge!r}")
+        if not 0 < self.min_free_disk_ratio < 1:
+            raise SpecError(f"{path}.min_free_disk_ratio", f"expected a ratio between 0 and 1, got "
+                                                           f"{self.min_free_disk_ratio!r}")
 
 
 # -------------------------------------------------------------------------------------------- selectors
@@ -212,6 +224,9 @@ class Selectors:
     prometheus_alerts: str = _selector("prometheus_alerts")
     # The engines' families wherever they are served: Triton's :8002 or a vLLM server's own job.
     engine: str = _selector("engine")
+    victoriametrics: str = _selector("victoriametrics")
+    vmagent: str = _selector("vmagent")
+    vmalert: str = _selector("vmalert")
 
     def of(self, source: str):
         """The parsed Selector of `source` (a key of inferwatch.selectors.SOURCES)."""
@@ -719,6 +734,11 @@ class KubernetesSettings:
     storage_class: str = field("", doc="StorageClass of the outbox claim ('' = the cluster default)")
     workloads: dict[str, KubernetesWorkload] = field(
         {}, doc="overrides per workload (gpu-exporter, gateway, triton-collector, notifier): replicas, resources")
+    tenant_trusted_proxies: list[str] = field(
+        [], doc="CIDR networks of the ingress controller's pods (the pod network, e.g. 10.244.0.0/16), whose "
+                "gateway.tenant_header the generated gateway believes besides gateway.tenant_trusted_proxies; "
+                "empty: only those (loopback by default: every tenant billed `other` behind an ingress, "
+                "`inferwatch check` warns)")
 
     def workload(self, name: str) -> KubernetesWorkload:
         """The effective replicas and resources of workload `name` (spec overrides over the defaults)."""
@@ -735,6 +755,12 @@ class KubernetesSettings:
                 or self.prometheus_replica_label.startswith("__"):
             raise SpecError(f"{path}.prometheus_replica_label",
                             f"expected a label name, got {self.prometheus_replica_label!r}")
+        for i, cidr in enumerate(self.tenant_trusted_proxies):
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise SpecError(f"{path}.tenant_trusted_proxies[{i}]",
+                                f"expected an IP address or CIDR network, got {cidr!r}") from None
         unknown = sorted(set(self.workloads) - set(KUBERNETES_WORKLOADS))
         if unknown:
             raise SpecError(f"{path}.workloads.{unknown[0]}",

@@ -285,6 +285,24 @@ ALERTS: dict[str, AlertInfo] = {
     "PrometheusReplicasDisagree": _info(
         "L1", _W, "The Prometheus replicas disagree about which alerts fire.", ("disagreeing_alert",),
         extra=("component",)),
+    # The central store watching itself (rules/centralstore.py), evaluated by the store's watcher: one alert per
+    # program instance (job, instance; the edge's also carries the cluster label of its target).
+    "VictoriaMetricsDown": _info(
+        "L1", _C, "The central store (VictoriaMetrics) cannot be scraped.", ("job", "instance"), extra=("component",)),
+    "VictoriaMetricsNotIngesting": _info(
+        "L1", _C, "The central store stores no new samples.", ("job", "instance"), extra=("component",)),
+    "VictoriaMetricsDiskSpaceLow": _info(
+        "L1", _W, "The central store is running out of disk space.", ("job", "instance"), extra=("component",)),
+    "VmagentDown": _info(
+        "L1", _C, "An edge vmagent cannot be scraped.", ("job", "instance"), extra=("component",)),
+    "VmagentRemoteWriteFailing": _info(
+        "L1", _C, "An edge vmagent fails to deliver samples to the central store.", ("job", "instance"),
+        extra=("component", "signal")),
+    "VmalertDown": _info(
+        "L1", _C, "The rule evaluator vmalert cannot be scraped.", ("job", "instance"), extra=("component",)),
+    "VmalertFailing": _info(
+        "L1", _C, "The rule evaluator vmalert fails to evaluate rules, send alerts or write recordings.",
+        ("job", "instance"), extra=("component", "signal")),
 }
 
 # Values of the labels alerts take from a fixed set (route matchers on them are checked by `inferwatch check`);
@@ -295,7 +313,8 @@ FIXED_LABEL_VALUES: dict[str, tuple[str, ...]] = {
     "severity": tuple(dict.fromkeys(s for info in ALERTS.values() for s in info.severities)),
     "component": ("notifier", "alerting"),
     "slo": ("availability", "ttft"),
-    "signal": ("error_ratio", "latency", "failure_ratio", "stuck"),
+    "signal": ("error_ratio", "latency", "failure_ratio", "stuck", "errors", "queue_growing", "dropping",
+               "evaluation", "notification", "remote_write"),
 }
 
 

@@ -17,6 +17,9 @@ JOB_OF_PREFIX = (("nv_", "triton"), ("DCGM_", "inferwatch-gpu"), ("inferwatch_gp
                  ("inferwatch_notifier_", "inferwatch-notifier"), ("alertmanager_", "inferwatch-alertmanager"),
                  ("process_", "inferwatch-prometheus"), ("prometheus_", "inferwatch-prometheus"),
                  ("ALERTS", "inferwatch-prometheus-alerts"),
+                 # the central store's programs (rules/centralstore.py), scraped by the store's watcher
+                 ("vmagent_", "inferwatch-vmagent"), ("vm_persistentqueue_", "inferwatch-vmagent"),
+                 ("vmalert_", "inferwatch-vmalert"), ("vm_", "inferwatch-victoriametrics"),
                  ("vllm:", "triton"))  # the vLLM backend's families, re-exported on Triton's :8002
 # GPU series as either exporter writes them: the device labels both always write; the host label is
 # `Hostname` (inferwatch, dcgm-exporter up to 4.8.2) or `hostname` (dcgm-exporter from 4.8.3); the driver
@@ -61,6 +64,16 @@ EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("process_", (), ()),
     ("prometheus_rule_evaluation_failures_total", ("rule_group",), ()),
     ("ALERTS", ("alertname", "alertstate", "replica"), ()),  # federated copies (plus the alert's own labels)
+    # VictoriaMetrics, vmagent and vmalert's own /metrics (Debian victoria-metrics 1.79)
+    ("vm_free_disk_space_bytes", ("path",), ()),
+    ("vm_data_size_bytes", ("type",), ()),
+    ("vm_rows_inserted_total", ("type",), ()),
+    ("vm_persistentqueue_bytes_dropped_total", ("path",), ()),
+    ("vm_", (), ()),
+    ("vmagent_remotewrite_pending_data_bytes", ("path", "url"), ()),
+    ("vmagent_remotewrite_", ("url",), ()),
+    ("vmalert_alerts_send_errors_total", ("addr",), ()),
+    ("vmalert_", (), ()),
 )
 
 

@@ -24,6 +24,10 @@ OPERATOR = {
     "prometheus_alerts": 'job="monitoring/prometheus-federated-alerts"',
     # Triton's Service and a vLLM Deployment's Service in the llm namespace.
     "engine": 'namespace=~"triton|llm", service=~"triton-metrics|vllm-.*"',
+    # The central store's programs as VictoriaMetrics' operator names their Services.
+    "victoriametrics": 'namespace="monitoring", service="vmsingle-inferwatch"',
+    "vmagent": 'namespace="monitoring", service="vmagent-inferwatch"',
+    "vmalert": 'namespace="monitoring", service="vmalert-inferwatch"',
 }
 
 

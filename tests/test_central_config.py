@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferwatch.central import COMMANDS, EDGE_PROMETHEUS, EDGE_SCRAPE, outputs
+from inferwatch.central import COMMANDS, EDGE_PROMETHEUS, EDGE_SCRAPE, WATCH_PROMETHEUS, outputs
 from inferwatch.generate import render_all
 from inferwatch.rules.generate import RULES_DIR
 from inferwatch.spec import SpecError, spec_from_dict
@@ -56,7 +56,7 @@ def test_nothing_without_a_central_store_and_a_cluster_name_is_required():
 
 def test_vmagent_edge_config_and_command(tmp_path):
     files = outputs(spec("vmagent"))
-    assert set(files) == {EDGE_SCRAPE, COMMANDS}
+    assert set(files) == {EDGE_SCRAPE, COMMANDS, WATCH_PROMETHEUS}
     commands = yaml.safe_load(files[COMMANDS])
     assert "-remoteWrite.url=http://victoria-metrics:8428/api/v1/write" in commands["edge"]
     assert "-remoteWrite.label=cluster=eu-1" in commands["edge"]
@@ -69,7 +69,7 @@ def test_vmagent_edge_config_and_command(tmp_path):
 
 def test_agent_mode_prometheus_runs_the_edge_config(tmp_path):
     files = outputs(spec("prometheus-agent"))
-    assert set(files) == {EDGE_PROMETHEUS, COMMANDS}
+    assert set(files) == {EDGE_PROMETHEUS, COMMANDS, WATCH_PROMETHEUS}
     config = yaml.safe_load(files[EDGE_PROMETHEUS])
     assert config["global"]["external_labels"] == {"cluster": "eu-1"}
     assert config["remote_write"] == [{"url": "http://victoria-metrics:8428/api/v1/write"}]
@@ -133,7 +133,12 @@ def test_compose_override_for_the_central_store(tmp_path):
 
     files = render_all(spec("vmagent"))
     override = yaml.safe_load(files[f"{OUT_DIR}/central.yml"])
-    assert set(override["services"]) == {"victoria-metrics", "vmagent", "vmalert"}
+    assert set(override["services"]) == {"victoria-metrics", "vmagent", "vmalert", "store-watcher"}
+    watch = yaml.safe_load(files[f"{OUT_DIR}/watch-prometheus.yml"])
+    assert {t for job in watch["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]} == {
+        "victoria-metrics:8428", "vmalert:8880", "vmagent:8429"}
+    assert watch["rule_files"] == ["/etc/prometheus/rules/centralstore.yml"]
+    assert watch["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
     assert "-remoteWrite.label=cluster=eu-1" in override["services"]["vmagent"]["command"]
     assert "-notifier.url=http://alertmanager:9093" in override["services"]["vmalert"]["command"]
     scrape = yaml.safe_load(files[f"{OUT_DIR}/edge-scrape.yml"])

@@ -17,6 +17,7 @@ from inferwatch.rules.metricrefs import metric_names, rule_metric_names
 from inferwatch.spec import load_spec, spec_from_dict
 from inferwatch.testing.alertmanager import start_alertmanager
 from inferwatch.testing.process import ManagedProcess, StackError, free_port, http_ok
+from inferwatch.testing.victoriametrics import start_edge, start_victoria_metrics, start_vmalert
 from inferwatch.traffic import infer_classifier
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +32,11 @@ SOURCES = {
     # The alerting path watching itself (rules/ha.py): a clustered Alertmanager; process_* is every Go
     # program's client_golang process collector, Prometheus' own as well as Alertmanager's.
     "alertmanager": (None, ("alertmanager_", "process_")),
+    # The central store's programs (rules/centralstore.py), the Debian victoria-metrics binaries; vmagent's
+    # persistent queue shares VictoriaMetrics' vm_ prefix, so vmagent is listed first.
+    "vmagent": (None, ("vmagent_", "vm_persistentqueue_")),
+    "vmalert": (None, ("vmalert_",)),
+    "victoriametrics": (None, ("vm_",)),
 }
 BUILTIN = {"up", "ALERTS"}  # ALERTS: the series Prometheus writes for its own alerting rules
 # Prometheus' own metrics a rule reads (the generated groups' evaluation failures, rules/rulehealth.py): every
@@ -141,6 +147,21 @@ def live(triton, tmp_path_factory):
                                                        f"--cluster.advertise-address={cluster}"])
         procs.append(am.process)
         found["alertmanager"] = f"127.0.0.1:{am.port}"
+        # VictoriaMetrics, a vmagent writing to it and vmalert sending to the Alertmanager above, with the
+        # generated command lines (a rule that fires, so its send counters exist).
+        vm = start_victoria_metrics(work)
+        procs.append(vm.process)
+        central = spec_from_dict({"cluster": {"name": "live"}, "central_store": {"url": vm.url},
+                                  "targets": {"alertmanager": am.url}})
+        (work / "edge-scrape.yml").write_text("scrape_configs: []\n")
+        edge = start_edge(work, central, work / "edge-scrape.yml")
+        procs.append(edge.process)
+        (work / "vmalert-rules.yml").write_text("groups:\n- name: live\n  rules:\n  - alert: Live\n"
+                                               "    expr: vector(1)\n")
+        vmalert = start_vmalert(work, central, str(work / "vmalert-rules.yml"))
+        procs.append(vmalert.process)
+        found.update(victoriametrics=f"127.0.0.1:{vm.port}", vmagent=f"127.0.0.1:{edge.port}",
+                     vmalert=f"127.0.0.1:{vmalert.port}")
         for _ in range(3):
             assert infer_classifier(triton.url, batch=2)
         yield found

@@ -15,6 +15,7 @@ import promql_parser as pp
 import pytest
 import yaml
 
+from inferwatch.central import WATCH_SOURCES, watch_jobs
 from inferwatch.dashboards.generate import dashboards
 from inferwatch.rules.generate import PROMETHEUS_RULE, RULES_DIR, outputs
 from inferwatch.rules.metricrefs import template_queries
@@ -288,10 +289,15 @@ def test_the_generated_scrape_config_gives_each_source_what_its_selector_picks(s
         PrometheusReplica("prom-a:9090", "a"), PrometheusReplica("prom-b:9090", "b")]))
     jobs = scrape_jobs(spec)
     # The engines have no job of their own: their families are on Triton's port (or a vLLM server's job).
-    assert {source for source, _job in jobs} == set(SOURCES) - set(DEFAULT_SELECTORS)
+    # The central store's programs are the store's watcher's jobs (deploy/central/watch-prometheus.yml).
+    assert {source for source, _job in jobs} == set(SOURCES) - set(DEFAULT_SELECTORS) - set(WATCH_SOURCES)
+    central = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, name="eu-1"),
+                                  central_store=dataclasses.replace(spec.central_store, url="http://vm:8428"))
+    assert {source for source, _job in watch_jobs(central)} == set(WATCH_SOURCES)
+    jobs = jobs + watch_jobs(central)
     for source, job in jobs:
         for static in job["static_configs"]:
-            labels = {"job": job["job_name"], "instance": static["targets"][0], **static["labels"]}
+            labels = {"job": job["job_name"], "instance": static["targets"][0], **static.get("labels", {})}
             assert spec.selectors.of(source).matches(labels), (source, labels)
             others = [s for s in SOURCES if s not in (source, "engine") and spec.selectors.of(s).matches(labels)]
             assert others == [], (source, labels)

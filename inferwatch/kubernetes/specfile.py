@@ -15,6 +15,7 @@ import re
 import typing
 from typing import Any
 
+from inferwatch.kubernetes.tenancy import pod_trusted_proxies
 from inferwatch.spec import Spec, TritonTarget
 from inferwatch.specload import Duration, Secret
 
@@ -69,7 +70,9 @@ def cluster_spec(spec: Spec) -> Spec:
         notifier=notifier_url(spec), gpu_exporters=[], triton_collectors=[], gateways=[],
         notifiers=notifier_pods(spec))
     notifier = dataclasses.replace(spec.notifier, data_dir=OUTBOX_DIR)
-    return with_references(dataclasses.replace(spec, targets=targets, notifier=notifier))
+    # The gateway's peer is the ingress controller's pod, never loopback (inferwatch.kubernetes.tenancy).
+    gateway = dataclasses.replace(spec.gateway, tenant_trusted_proxies=pod_trusted_proxies(spec))
+    return with_references(dataclasses.replace(spec, targets=targets, notifier=notifier, gateway=gateway))
 
 
 def _env_name(path: str) -> str:
