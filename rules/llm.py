@@ -175,9 +175,12 @@ def burn_rate_alerts(spec: Spec) -> list[Alert]:
                 # holding 5 minutes of a 1h window otherwise judges the hour by those 5 minutes, and a start-up
                 # burst pages as if the budget of an hour had burnt. No gateway `up` (a store without it): the
                 # history is unknown, the window judged as it is.
-                history = (f'({SLO_HISTORY}{{slo_window="{pair.long}"}} or on () vector(1))')
-                long_full = (f"{sel(series, pair.long)} * on () group_left () {history} > {threshold}\n"
-                             f"and on (tier)\n") if pair.long != base else ""
+                # (Not `or on () vector(1)` for the unknown case: with several clusters in one store that
+                # fallback has no cluster label, so it matches no cluster's series.)
+                history = f'{SLO_HISTORY}{{slo_window="{pair.long}"}}'
+                long = sel(series, pair.long)
+                long_full = (f"(\n  {long} * on () group_left () {history} > {threshold}\n  or\n"
+                             f"  {long} unless on () {history}\n)\nand on (tier)\n") if pair.long != base else ""
                 expr = (f"{sel(series, pair.long)} > {threshold}\nand on (tier)\n{long_full}"
                         f"{sel(series, pair.short)} > {threshold}\nand on (tier)\n"
                         f"{sel(SLO_REQUESTS, pair.short)} > {num(l3.min_request_rate)}")
