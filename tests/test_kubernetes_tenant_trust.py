@@ -39,6 +39,11 @@ ROWS = [
     ({**TENANTS, **INGRESS}, "10.245.0.9", "globex", None),        # a pod outside the listed network
     ({**TENANTS, **INGRESS}, "192.168.1.5", "acme", None),         # a node or an outside client
     ({**TENANTS, **INGRESS}, "127.0.0.1", "acme", "acme"),         # a sidecar in the gateway's own pod
+    # A dual-stack listener reports IPv4 peers in their IPv4-mapped IPv6 form: the same peers.
+    ({**TENANTS, **INGRESS}, "::ffff:10.244.3.7", "globex", "globex"),
+    ({**TENANTS, **INGRESS}, "::ffff:10.245.0.9", "globex", None),
+    ({**TENANTS, **INGRESS}, "::ffff:127.0.0.1", "acme", "acme"),
+    ({**TENANTS, **INGRESS}, "fe80::1%eth0", "acme", None),       # a link-local IPv6 peer, zone id dropped
 ]
 
 

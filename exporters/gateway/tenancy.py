@@ -74,7 +74,10 @@ class Tenancy:
             address = ipaddress.ip_address(remote.split("%", 1)[0])
         except ValueError:
             return False
-        return any(address in net for net in self.networks)
+        # A dual-stack listener reports an IPv4 peer as `::ffff:a.b.c.d` (RFC 4291 2.5.5.2): the same peer as
+        # the IPv4 network the spec lists, and an IPv6 network that lists the mapped form still matches it.
+        mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+        return any(address in net or (mapped is not None and mapped in net) for net in self.networks)
 
     def _keyed(self, headers: Iterable[tuple[str, str]]) -> str | None:
         if not self._key_bytes:
