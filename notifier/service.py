@@ -508,6 +508,9 @@ class NotifierService:
         started.wait(30)
         if errors:
             self.committer.stop()
+            self._thread.join(15)
+            close_stopped_loop(self._loop, self._thread)
+            self.outbox.close_all()  # a failed start holds no file, as a stopped service does
             raise errors[0]
         reconcile()
         self.worker.start()

@@ -96,6 +96,17 @@ def _notifier_delivering(sims, tmp_path, i):
         svc.stop()
 
 
+def _notifier_failing_to_start(sims, tmp_path, i):
+    """A notifier whose port is taken: start() raises, and holds no file afterwards (its outbox neither)."""
+    taken = BoundedServer(web.Application(), "127.0.0.1", 0, name=f"taken-{i}").start()
+    try:
+        svc = NotifierService(spec_from_dict(spec_data(sims)), tmp_path / f"data-failed-{i}", port=taken.port)
+        with pytest.raises(OSError):
+            svc.start()
+    finally:
+        taken.stop()
+
+
 SERVERS = [
     ("bounded http server", _bounded_server),
     ("tcp proxy", _tcp_proxy),
@@ -103,6 +114,7 @@ SERVERS = [
     ("triton collector", _triton_collector),
     ("gateway proxy and its upstream", _gateway_proxy),
     ("notifier after a delivery", _notifier_delivering),
+    ("notifier whose port is taken", _notifier_failing_to_start),
 ]
 
 

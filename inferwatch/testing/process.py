@@ -87,6 +87,7 @@ class ManagedProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self._close_lifeline()
                 raise StackError(f"{self.name} exited with code {self.proc.returncode} during start-up; "
                                  f"last log lines:\n{self.tail()}")
             if self._ready():
