@@ -77,8 +77,11 @@ def compose_spec(spec: Spec) -> Spec:
         spec.targets,
         prometheus=f"http://{_addr('prometheus')}", alertmanager=f"http://{_addr('alertmanager')}",
         notifier=f"http://{webhook}",
+        # The user's Triton runs with its own --metrics-interval-ms: keep it, or `check` would judge the
+        # scrape interval against Triton's default instead.
         triton=[TritonTarget(name=TRITON_NAME, url="http://triton:8000", metrics_url="http://triton:8002/metrics",
-                             node=NODE)],
+                             node=NODE, **({"metrics_interval_ms": spec.targets.triton[0].metrics_interval_ms}
+                                           if spec.targets.triton else {}))],
         gpu_exporters=[ExporterTarget(_addr("gpu-exporter"), NODE)],
         triton_collectors=[_addr("triton-collector")],
         gateways=[ExporterTarget(_addr("gateway"), NODE)],
