@@ -348,7 +348,10 @@ class ScriptedUpstream:
     ("at", s) (wait until s seconds after the request arrived), ("cut",) (drop the connection without
     ending the body) and ("bulk", n, piece) (write `piece` until n bytes have gone, as fast as the
     reader takes them). Each request's method, raw path and headers (`headers` a dict, `header_list` every
-    field as sent) are kept in `received`.
+    field as sent) are kept in `received`, with `started` (time.monotonic() when the request reached the
+    handler) and `sent` (one (time.monotonic() before the write, body bytes written through it) per bytes or
+    bulk item): the upstream runs in the test process, and Linux's monotonic clock is system-wide, so these
+    instants compare with the test's own and bound the gateway's (see Timing).
     """
 
     def __init__(self):
@@ -370,8 +373,10 @@ class ScriptedUpstream:
     async def _handle(self, request: web.Request):
         t0 = time.monotonic()
         await request.read()
+        sent: list[tuple[float, int]] = []
         self.received.append({"method": request.method, "raw_path": request.raw_path,
-                              "headers": dict(request.headers), "header_list": list(request.headers.items())})
+                              "headers": dict(request.headers), "header_list": list(request.headers.items()),
+                              "started": t0, "sent": sent})
         script = self.scripts.get(request.headers.get("X-Script", ""))
         if script is None:
             return web.Response(status=404, text="no script")
@@ -384,17 +389,26 @@ class ScriptedUpstream:
         if request.method == "HEAD":  # the answer to HEAD has no body (RFC 9110 §9.3.2)
             await resp.write_eof()
         else:
-            await play(request, resp, script.items, t0)
+            await play(request, resp, script.items, t0, sent)
         return resp
+
+    def request(self, script: str) -> dict:
+        """The last request received for script `script` (its `received` record)."""
+        found = [r for r in self.received if r["headers"].get("X-Script") == script]
+        assert found, f"no request for script {script!r}"
+        return found[-1]
 
     def stop(self):
         self._lt.run(self._runner.cleanup())
         self._lt.close()
 
 
-async def play(request: web.Request, resp: web.StreamResponse, items, t0: float) -> None:
+async def play(request: web.Request, resp: web.StreamResponse, items, t0: float,
+               sent: list | None = None) -> None:
     """Write a script's items (see ScriptedUpstream; ("sleep", s) waits s seconds) and end the body, or cut
-    the connection at ("cut",)."""
+    the connection at ("cut",). With `sent`, append (time.monotonic() before the item's first write, body
+    bytes written once it is done) for each bytes or bulk item."""
+    offset = 0
     for item in items:
         if isinstance(item, tuple) and item[0] == "at":
             delay = t0 + item[1] - time.monotonic()
@@ -407,11 +421,19 @@ async def play(request: web.Request, resp: web.StreamResponse, items, t0: float)
             return
         elif isinstance(item, tuple) and item[0] == "bulk":
             left, piece = item[1], item[2]
+            at = time.monotonic()
             while left > 0:
                 part = piece[:left]
                 await resp.write(part)
                 left -= len(part)
+            offset += item[1]
+            if sent is not None:
+                sent.append((at, offset))
         else:
+            at = time.monotonic()
+            offset += len(item)
+            if sent is not None:
+                sent.append((at, offset))
             await resp.write(item)
     await resp.write_eof()
 
@@ -457,3 +479,75 @@ def chunk(delta: dict | None = None, finish=None, index: int = 0, text=None, **e
     else:
         choice["delta"] = delta or {}
     return json.dumps({"object": "chat.completion.chunk", "choices": [choice], **extra}).encode()
+
+
+# ------------------------------------------------- timing bounds that hold on a machine under any load
+CLOCK_SLACK = 0.002  # seconds: float sums in the histogram and clock reads a few instructions apart
+
+
+class Timing:
+    """When each body write of one scripted request left the upstream and reached the client, on the
+    system-wide monotonic clock, so a test can bound what the gateway measured without a fixed window.
+
+    The gateway starts its clock when the request's head is parsed (after the client's `client_start`,
+    before the upstream's `upstream_start`) and stamps a read before it writes the read to the client, so
+    it saw write k at an instant in [sent_at(k), arrived_at(k)]. Writes are numbered as in `sent` (each
+    bytes or bulk item of the script, in order)."""
+
+    def __init__(self, record: dict, client_start: float, reads: list[tuple[float, int]]):
+        self.upstream_start = record["started"]
+        self.sent = list(record["sent"])
+        self.client_start = client_start
+        self.reads = reads  # (time.monotonic() after the read, body bytes received through it)
+
+    def sent_at(self, k: int) -> float:
+        return self.sent[k][0]
+
+    def arrived_at(self, k: int) -> float:
+        """When the client held every byte of write k (AssertionError when it never did)."""
+        end = self.sent[k][1]
+        for at, got in self.reads:
+            if got >= end:
+                return at
+        raise AssertionError(f"write {k} (through byte {end}) never reached the client")
+
+    def ttft_bounds(self, k: int) -> tuple[float, float]:
+        """(lo, hi) seconds for a TTFT taken at write k: at least from the upstream's receipt of the request
+        to its sending write k, at most from the client's start to its receipt of write k."""
+        return (self.sent_at(k) - self.upstream_start - CLOCK_SLACK,
+                self.arrived_at(k) - self.client_start + CLOCK_SLACK)
+
+    def gap_bounds(self, i: int, j: int) -> tuple[float, float]:
+        """(lo, hi) seconds for the gateway's gap from write i to write j: the instant it saw each lies in
+        [sent_at, arrived_at]."""
+        return (self.sent_at(j) - self.arrived_at(i) - CLOCK_SLACK,
+                self.arrived_at(j) - self.sent_at(i) + CLOCK_SLACK)
+
+
+def timed_through(gw: GatewayProcess, up: ScriptedUpstream, row: str, path: str, body: dict,
+                  headers: dict | None = None):
+    """`through`, reading the body read by read on the client side and timing each read (http.client:
+    chunked framing removed, content encoding kept, so the bytes are the upstream's).
+
+    Returns (status, response headers, raw body bytes or None when the stream was cut, Timing)."""
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    reads: list[tuple[float, int]] = []
+    try:
+        start = time.monotonic()
+        conn.request("POST", path, json.dumps(body).encode(),
+                     {"Content-Type": "application/json", "X-Tenant-ID": row, "X-Script": row, **(headers or {})})
+        resp = conn.getresponse()
+        parts: list[bytes] = []
+        got = 0
+        raw: bytes | None
+        try:
+            while part := resp.read1(65536):
+                got += len(part)
+                reads.append((time.monotonic(), got))
+                parts.append(part)
+            raw = b"".join(parts)
+        except (http.client.IncompleteRead, ConnectionError):
+            raw = None
+        return resp.status, resp.headers, raw, Timing(up.request(row), start, reads)
+    finally:
+        conn.close()
