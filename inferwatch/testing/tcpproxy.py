@@ -27,6 +27,7 @@ class RoundRobinProxy:
         self.host = host
         self.connections: Counter[int] = Counter()
         self._next = itertools.cycle(range(len(self.backends)))
+        self._writers: set[asyncio.StreamWriter] = set()  # both sides of every open connection
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tcp-proxy", daemon=True)
         self._thread.start()
@@ -37,17 +38,33 @@ class RoundRobinProxy:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         index = next(self._next)
         self.connections[index] += 1
+        self._writers.add(writer)
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.backends[index])
         except OSError:
             writer.close()
             return
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        finally:
+            if writer.is_closing():
+                self._writers.discard(writer)
+        self._writers.add(up_writer)
+        try:
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        finally:
+            self._writers.difference_update((writer, up_writer))
 
     def close(self) -> None:
         async def stop() -> None:
             self._server.close()
             await self._server.wait_closed()
+            # Python 3.11's wait_closed() does not wait for the connections: close both sides of each, and let
+            # the loop run their connection_lost before it stops (a transport left open keeps its socket until
+            # the garbage collector finds it).
+            for writer in list(self._writers):
+                writer.close()
+            for writer in list(self._writers):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(writer.wait_closed(), 5)
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
