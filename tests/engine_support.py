@@ -13,11 +13,45 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
+
+from inferwatch.rules.generate import RULES_DIR, outputs
+from inferwatch.rules.promconfig import prometheus_config, scrape_jobs
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engine"
 # The titles of the Triton dashboard's "LLM engines" row (dashboards/engine.py), in order.
 ENGINE_PANELS = ["KV cache used", "KV cache blocks: used and free", "Waiting vs running vs maximum requests",
                  "Preemptions", "Prefix-cache hits"]
 SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{[^}]*\})? (?P<value>\S+)$")
+
+
+# A live engine test's Prometheus timing and engine thresholds, shrunk so forecasts and `for` pass in seconds.
+FAST_ENGINE_SPEC = {
+    "prometheus": {"scrape_interval": "1s", "evaluation_interval": "1s", "rate_window": "5s"},
+    "layers": {"L2": {"engine": {"for": "0s", "critical_for": "3s", "waiting_growth_for": "6s",
+                                 "fill_horizon": "60s", "fill_lookback": "10s"}}},
+}
+
+
+def write_engine_prometheus(spec, directory: Path, scrape_configs: list[dict] | None = None,
+                            alerting: bool = False) -> Path:
+    """Write the spec's engine and GPU rule files and a prometheus.yml evaluating them under `directory`;
+    returns the config's path. `scrape_configs`: the jobs to scrape (default: the spec's Triton jobs);
+    `alerting`: keep the generated Alertmanager section."""
+    rules = directory / "rules"
+    rules.mkdir()
+    for rel, text in outputs(spec).items():
+        if rel in (f"{RULES_DIR}/engine.yml", f"{RULES_DIR}/gpu.yml"):
+            (rules / Path(rel).name).write_text(text)
+    config = prometheus_config(spec)
+    config["scrape_configs"] = (scrape_configs if scrape_configs is not None
+                                else [job for source, job in scrape_jobs(spec) if source == "triton"])
+    config["rule_files"] = [str(rules / "*.yml")]
+    if not alerting:
+        config.pop("alerting", None)
+    path = directory / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def _key(name: str, labels: dict[str, str]) -> tuple:

@@ -7,16 +7,13 @@ no engine series there, so nothing is drawn (unknown is absent, never 0).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import requests
 import yaml
 
-from engine_support import ENGINE_PANELS, concrete, engine_row
+from engine_support import ENGINE_PANELS, concrete, engine_row, write_engine_prometheus
 from inferwatch.dashboards.generate import dashboards
 from inferwatch.demo.config import DEMO_SPEC
-from inferwatch.rules.generate import RULES_DIR, outputs
-from inferwatch.rules.promconfig import prometheus_config, scrape_jobs
 from inferwatch.spec import load_spec, spec_from_dict
 
 DEADLINE = 60.0
@@ -36,17 +33,7 @@ def test_the_engine_row_is_empty_but_valid_on_the_demo_cpu_triton(triton, promet
                       "triton_collectors": [], "gpu_exporters": [], "gateways": []}
     raw["prometheus"] = {**raw["prometheus"], "scrape_interval": "1s", "evaluation_interval": "1s"}
     spec = spec_from_dict(raw)
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    for rel, text in outputs(spec).items():
-        if rel in (f"{RULES_DIR}/engine.yml", f"{RULES_DIR}/gpu.yml"):
-            (rules / Path(rel).name).write_text(text)
-    config = prometheus_config(spec)
-    config["scrape_configs"] = [job for source, job in scrape_jobs(spec) if source == "triton"]
-    config["rule_files"] = [str(rules / "*.yml")]
-    config.pop("alerting", None)
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    prom = prometheus_factory(tmp_path / "prometheus.yml")
+    prom = prometheus_factory(write_engine_prometheus(spec, tmp_path))
 
     # Triton is scraped (its nv_* series are there), and it has no engine family.
     prom.wait_for('count({__name__=~"nv_inference_.*"}) > 0', timeout=DEADLINE)

@@ -16,13 +16,20 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine_support import ENGINE_PANELS, FIXTURES, EngineExposition, concrete, engine_row
+from engine_support import (
+    ENGINE_PANELS,
+    FAST_ENGINE_SPEC,
+    FIXTURES,
+    EngineExposition,
+    concrete,
+    engine_row,
+    write_engine_prometheus,
+)
 from inferwatch.cli import main as cli_main
 from inferwatch.dashboards.generate import dashboards
 from inferwatch.rules import engine
 from inferwatch.rules.generate import RULES_DIR, outputs
 from inferwatch.rules.metricrefs import metric_names
-from inferwatch.rules.promconfig import prometheus_config, scrape_jobs
 from inferwatch.spec import spec_from_dict
 from inferwatch.testing.prometheus import start_prometheus
 from inferwatch.triage.engine import triage_alert
@@ -90,22 +97,12 @@ def live(tmp_path_factory):
                                 "metrics_url": f"http://{s.address}/metrics", "metrics_interval_ms": 1000}
                                for f, s in servers.items() for t, n, _ in [ENGINES[f]]],
                     "triton_collectors": [], "gpu_exporters": [], "gateways": []},
-        "prometheus": {"scrape_interval": "1s", "evaluation_interval": "1s", "rate_window": "5s"},
-        "layers": {"L2": {"engine": {"for": "0s", "critical_for": "3s", "waiting_growth_for": "6s",
-                                     "fill_horizon": "60s", "fill_lookback": "10s"}}},
+        **FAST_ENGINE_SPEC,
     }
     spec = spec_from_dict(raw)
-    rules = tmp / "rules"
-    rules.mkdir()
-    for rel, text in outputs(spec).items():
-        if rel in (f"{RULES_DIR}/engine.yml", f"{RULES_DIR}/gpu.yml"):
-            (rules / Path(rel).name).write_text(text)
-    config = prometheus_config(spec)
-    config["scrape_configs"] = [job for source, job in scrape_jobs(spec) if source == "triton"]
-    config["rule_files"] = [str(rules / "*.yml")]
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    config = write_engine_prometheus(spec, tmp, alerting=True)
     try:
-        prom = start_prometheus(tmp, tmp / "prometheus.yml")
+        prom = start_prometheus(tmp, config)
     except Exception:
         for s in servers.values():
             s.stop()

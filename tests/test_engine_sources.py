@@ -10,15 +10,11 @@ alert on that model skips its Triton evidence yet names `kv-cache-full` from the
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
-from engine_support import EngineExposition
+from engine_support import FAST_ENGINE_SPEC, EngineExposition, write_engine_prometheus
 from inferwatch.rules import engine
-from inferwatch.rules.generate import RULES_DIR, outputs
-from inferwatch.rules.promconfig import prometheus_config
 from inferwatch.spec import spec_from_dict
 from inferwatch.triage.engine import triage_alert
 from inferwatch.triage.evidence import load_runbooks
@@ -48,24 +44,13 @@ def vllm_fleet(tmp_path, prometheus_factory):
             "targets": {"triton": [], "triton_collectors": [], "gpu_exporters": [], "gateways": []},
             "upstreams": {"triton": {"url": "http://127.0.0.1:8000", "kind": "triton", "default": True},
                           "vllm": {"url": "http://127.0.0.1:8001", "kind": "openai", "models": ["llama"]}},
-            "prometheus": {"scrape_interval": "1s", "evaluation_interval": "1s", "rate_window": "5s"},
-            "layers": {"L2": {"engine": {"for": "0s", "critical_for": "3s", "waiting_growth_for": "6s",
-                                         "fill_horizon": "60s", "fill_lookback": "10s"}}},
+            **FAST_ENGINE_SPEC,
         }
         spec = spec_from_dict(raw)
-        rules = tmp_path / "rules"
-        rules.mkdir()
-        for rel, text in outputs(spec).items():
-            if rel in (f"{RULES_DIR}/engine.yml", f"{RULES_DIR}/gpu.yml"):
-                (rules / Path(rel).name).write_text(text)
-        config = prometheus_config(spec)
         # As kube-prometheus-stack scrapes a vLLM Deployment: a job of its own, vLLM's labels as written.
-        config["scrape_configs"] = [{"job_name": "vllm", "scrape_interval": "1s",
-                                     "static_configs": [{"targets": [r.address for r in replicas]}]}]
-        config["rule_files"] = [str(rules / "*.yml")]
-        config.pop("alerting", None)
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-        prom = prometheus_factory(tmp_path / "prometheus.yml")
+        vllm_job = {"job_name": "vllm", "scrape_interval": "1s",
+                    "static_configs": [{"targets": [r.address for r in replicas]}]}
+        prom = prometheus_factory(write_engine_prometheus(spec, tmp_path, [vllm_job]))
         yield spec, replicas, prom
     finally:
         for r in replicas:

@@ -11,8 +11,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from inferwatch.spec import load_spec
-from inferwatch.testing.backfill import counter, create_blocks, write_openmetrics
-from inferwatch.testing.prometheus import start_prometheus, write_config
+from inferwatch.testing.backfill import counter, serve_series
 from inferwatch.triage.engine import shown_value, triage_alert
 from inferwatch.triage.estimates import bucket_of, split_quantile
 from inferwatch.triage.evidence import load_runbooks
@@ -71,8 +70,7 @@ def prometheus(tmp_path_factory):
     series += [counter("gateway_time_to_first_token_seconds_count", gw, 10.0, start, end),
                counter("gateway_requests_total", {**gw, "outcome": "success", "code": "200"}, 10.0, start, end)]
     work = tmp_path_factory.mktemp("estimates-prom")
-    data = create_blocks(write_openmetrics(series, work / "data.om"), work / "tsdb")
-    server = start_prometheus(work, write_config(work / "prometheus.yml", []), storage_path=data)
+    server = serve_series(series, work)
     server.end = end
     yield server
     server.stop()

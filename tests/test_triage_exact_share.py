@@ -12,8 +12,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from inferwatch.spec import load_spec
-from inferwatch.testing.backfill import counter, create_blocks, gauge, write_openmetrics
-from inferwatch.testing.prometheus import start_prometheus, write_config
+from inferwatch.testing.backfill import counter, gauge, serve_series
 from inferwatch.triage.engine import triage_alert
 from inferwatch.triage.evidence import load_runbooks
 from inferwatch.triage.share import compared_with, exact_share, quantile_of, share_text
@@ -114,8 +113,7 @@ def _series(end: float):
 def prometheus(tmp_path_factory):
     work = tmp_path_factory.mktemp("exact-share-prom")
     end = time.time() - AGO_S
-    data = create_blocks(write_openmetrics(_series(end), work / "data.om"), work / "tsdb")
-    server = start_prometheus(work, write_config(work / "prometheus.yml", []), storage_path=data)
+    server = serve_series(_series(end), work)
     yield SimpleNamespace(url=server.url, end=end)
     server.stop()
 

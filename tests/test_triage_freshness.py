@@ -11,8 +11,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from inferwatch.spec import load_spec
-from inferwatch.testing.backfill import create_blocks, gauge, write_openmetrics
-from inferwatch.testing.prometheus import start_prometheus, write_config
+from inferwatch.testing.backfill import gauge, serve_series
 from inferwatch.triage.engine import triage_alert
 from inferwatch.triage.evidence import load_runbooks
 from inferwatch.triage.sources import PrometheusSource
@@ -55,8 +54,7 @@ def series(end: float):
 def prometheus(tmp_path_factory):
     work = tmp_path_factory.mktemp("freshness-prom")
     end = time.time() - AGO_S
-    data = create_blocks(write_openmetrics(series(end), work / "data.om"), work / "tsdb")
-    server = start_prometheus(work, write_config(work / "prometheus.yml", []), storage_path=data)
+    server = serve_series(series(end), work)
     yield SimpleNamespace(url=server.url, end=end)
     server.stop()
 

@@ -12,8 +12,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from inferwatch.spec import load_spec
-from inferwatch.testing.backfill import Series, create_blocks, write_openmetrics
-from inferwatch.testing.prometheus import start_prometheus, write_config
+from inferwatch.testing.backfill import Series, serve_series
 from inferwatch.triage.freshness import check_sources, scrape_interval
 from inferwatch.triage.sources import PrometheusSource
 
@@ -56,8 +55,7 @@ def prometheus(tmp_path_factory):
     work = tmp_path_factory.mktemp("freshness-interval-prom")
     end = time.time() - AGO_S
     series = [_up(row, interval, age, count, end) for row, (interval, age, count, *_rest) in ROWS.items()]
-    data = create_blocks(write_openmetrics(series, work / "data.om"), work / "tsdb")
-    server = start_prometheus(work, write_config(work / "prometheus.yml", []), storage_path=data)
+    server = serve_series(series, work)
     yield SimpleNamespace(url=server.url, end=end)
     server.stop()
 

@@ -11,8 +11,8 @@ import dataclasses
 import time
 from pathlib import Path
 
-from inferwatch.testing.backfill import Series, counter, create_blocks, gauge, write_openmetrics
-from inferwatch.testing.prometheus import PrometheusServer, start_prometheus, write_config
+from inferwatch.testing.backfill import Series, counter, gauge, serve_series
+from inferwatch.testing.prometheus import PrometheusServer
 
 # TTFT distribution every situation shares at the gateway: cumulative fraction of requests per bucket
 # edge. P95 interpolates to 0.3 + (0.95 - 0.8) / 0.2 * 0.7 = 0.825 s, far above the 300 ms realtime target.
@@ -233,5 +233,4 @@ def all_series(now: float | None = None, minutes: int = 30) -> list[Series]:
 def start_prepared_prometheus(workdir: Path) -> PrometheusServer:
     """A real Prometheus (no scrape targets) whose TSDB holds the last 30 minutes of every situation,
     backfilled with `promtool tsdb create-blocks-from openmetrics`."""
-    data = create_blocks(write_openmetrics(all_series(), workdir / "scenarios.om"), workdir / "tsdb")
-    return start_prometheus(workdir, write_config(workdir / "prometheus.yml", []), storage_path=data)
+    return serve_series(all_series(), workdir, name="scenarios")

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from inferwatch.testing.process import StackError, require_binary
+from inferwatch.testing.prometheus import PrometheusServer, start_prometheus, write_config
 
-__all__ = ["Series", "counter", "gauge", "write_openmetrics", "create_blocks"]
+__all__ = ["Series", "counter", "gauge", "write_openmetrics", "create_blocks", "serve_series"]
 
 INSTALL_HINT = "apt-get update && apt-get install -y prometheus  (ships promtool)"
 
@@ -76,3 +77,10 @@ def create_blocks(openmetrics_path: Path, data_dir: Path, timeout: float = 120.0
     if proc.returncode != 0:
         raise StackError(f"promtool create-blocks-from openmetrics failed: {proc.stderr.strip()[-2000:]}")
     return data_dir
+
+
+def serve_series(series: Iterable[Series], workdir: Path, name: str = "data") -> PrometheusServer:
+    """A real Prometheus (scraping nothing) serving `series` from TSDB blocks built under `workdir`
+    (`<name>.om`, `tsdb/`, `prometheus.yml`). Raises StackError as create_blocks and start_prometheus do."""
+    data = create_blocks(write_openmetrics(series, workdir / f"{name}.om"), workdir / "tsdb")
+    return start_prometheus(workdir, write_config(workdir / "prometheus.yml", []), storage_path=data)

@@ -42,11 +42,9 @@ class RoundRobinProxy:
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.backends[index])
         except OSError:
+            self._writers.discard(writer)
             writer.close()
             return
-        finally:
-            if writer.is_closing():
-                self._writers.discard(writer)
         self._writers.add(up_writer)
         try:
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
