@@ -690,15 +690,18 @@ class KubernetesTriton:
                                       "statistics withheld")
 
     def _validate(self, path: str) -> None:
-        import re
-
         for name in ("namespace", "service", "metrics_port_name", "pods_service"):
-            value = getattr(self, name)
-            if name == "pods_service" and not value:
+            if name == "pods_service" and not self.pods_service:
                 continue
-            if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value):
-                raise SpecError(f"{path}.{name}", f"expected a Kubernetes name (lower-case letters, digits, '-'), "
-                                                  f"got {value!r}")
+            _kubernetes_name(f"{path}.{name}", getattr(self, name))
+
+
+def _kubernetes_name(path: str, value: str) -> None:
+    """SpecError unless `value` is a Kubernetes DNS label (RFC 1123: the names of namespaces and Services)."""
+    import re
+
+    if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value):
+        raise SpecError(path, f"expected a Kubernetes name (lower-case letters, digits, '-'), got {value!r}")
 
 
 @dataclasses.dataclass
@@ -922,6 +925,9 @@ class GateSettings:
                                                      f"{self.failure_limit}")
         if not 0.0 < self.activation_ratio <= 1.0:
             raise SpecError(f"{path}.activation_ratio", f"expected a ratio in (0, 1], got {self.activation_ratio}")
+        for name in ("namespace", "deployment"):  # empty: taken from kubernetes.triton
+            if getattr(self, name):
+                _kubernetes_name(f"{path}.{name}", getattr(self, name))
         if self.max_replicas < max(1, self.min_replicas):
             raise SpecError(f"{path}.max_replicas", f"expected at least min_replicas ({self.min_replicas}) and 1, "
                                                     f"got {self.max_replicas}")

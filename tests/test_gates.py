@@ -339,6 +339,8 @@ def test_flagger_check_of_the_generated_threshold(values, expected):
     ({"inconclusive_limit": -1}, "gates.inconclusive_limit", "non-negative"),
     ({"activation_ratio": 0}, "gates.activation_ratio", "(0, 1]"),
     ({"activation_ratio": 1.5}, "gates.activation_ratio", "(0, 1]"),
+    ({"namespace": "Bad_NS!"}, "gates.namespace", "expected a Kubernetes name"),
+    ({"deployment": "triton server"}, "gates.deployment", "expected a Kubernetes name"),
     ({"min_replicas": 3, "max_replicas": 2}, "gates.max_replicas", "at least min_replicas (3)"),
     ({"interval": "0s"}, "gates.interval", "positive duration"),
     ({"interval": "soon"}, "gates.interval", "duration"),
