@@ -423,3 +423,15 @@ def test_an_overlay_opts_into_the_components_with_kustomize(tmp_path, scaler):
     for doc in gates:
         assert by_key.get(key(doc)) == doc, key(doc)
     assert len(rendered) == len(render(BASE)) + len(gates)
+
+
+@pytest.mark.parametrize("interval, written", [
+    ("1m", "1m"), ("30s", "30s"), ("90s", "1m30s"), ("1h", "1h"), ("1d", "24h"),
+    ("100000h", "100000h"),  # a new user's value: Prometheus' own form, 4166d16h, is no Go duration
+    ("1500ms", "1s500ms"),
+])
+def test_gate_intervals_are_written_as_go_durations(interval, written):
+    from inferwatch.gates.objects import go_duration
+    from inferwatch.spec import Duration
+
+    assert go_duration(Duration.parse(interval)) == written

@@ -23,13 +23,24 @@ from inferwatch.gates import queries
 from inferwatch.gates.queries import POD_TAIL
 from inferwatch.kubernetes.specfile import cluster_spec
 from inferwatch.rules.builders import num
-from inferwatch.spec import Spec
+from inferwatch.spec import Duration, Spec
 
 SUCCESS_CONDITION = "len(result) == 1 && result[0] <= 0"
 FAILURE_CONDITION = "len(result) == 1 && result[0] > 0"
 ARGO_TEMPLATES = {"versions": "inferwatch-triton-canary-versions", "pods": "inferwatch-triton-canary-pods"}
 FLAGGER_TEMPLATE = "inferwatch-triton-canary-{}"
 SCALED_OBJECT = "inferwatch-triton-queue"
+
+
+def go_duration(d: Duration) -> str:
+    """`d` as Go's time.ParseDuration reads it (Argo Rollouts and Flagger parse `interval` so): hours at most,
+    never the `d`/`w` units a Prometheus duration may use. Sub-second parts are written in ms."""
+    ms = d.ms
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    sec, msec = divmod(rest, 1000)
+    text = "".join(f"{v}{unit}" for v, unit in ((h, "h"), (m, "m"), (sec, "s"), (msec, "ms")) if v)
+    return text or "0s"
 
 
 def namespace(spec: Spec) -> str:
@@ -63,7 +74,7 @@ def analysis_template(spec: Spec, mode: str) -> dict:
     for signal in queries.signals(spec):
         metrics.append({
             "name": signal.name,
-            "interval": str(g.interval),
+            "interval": go_duration(g.interval),
             "count": g.count,
             "failureLimit": g.failure_limit,
             "inconclusiveLimit": g.inconclusive_limit,
@@ -95,11 +106,11 @@ def canary_analysis(spec: Spec, model: str = "MODEL") -> dict:
     """The `spec.analysis` block of a Flagger Canary using the MetricTemplates (`model`: the Triton model the
     canary serves; the generated example leaves a placeholder to replace)."""
     g = spec.gates
-    return {"interval": str(g.interval), "threshold": g.failure_limit + 1, "iterations": g.count,
+    return {"interval": go_duration(g.interval), "threshold": g.failure_limit + 1, "iterations": g.count,
             "metrics": [{"name": signal.name,
                          "templateRef": {"name": FLAGGER_TEMPLATE.format(signal.name), "namespace": namespace(spec)},
                          "templateVariables": {"model": model},
-                         "thresholdRange": {"max": 0}, "interval": str(g.interval)}
+                         "thresholdRange": {"max": 0}, "interval": go_duration(g.interval)}
                         for signal in queries.signals(spec)]}
 
 
