@@ -17,7 +17,7 @@ import time
 import pytest
 import requests
 
-from inferwatch.notifier.service import READY_PROBE_INTERVAL_S, NotifierService
+from inferwatch.notifier.service import PROBE_MIN_BYTES, READY_PROBE_INTERVAL_S, NotifierService
 from notifier_support import AUTH, make_spec, simulators, wait_for, webhook
 
 sims = pytest.fixture(scope="module")(simulators)
@@ -54,7 +54,11 @@ def readiness_over(url: str, seconds: float) -> set[int]:
 
 
 # (row, bytes freed after filling the disk)
-FULL = [("full", 0), ("small_writes_fit", 16 * 1024)]  # the case: its probe write is small and succeeds
+# The case frees room for a small write but less than PROBE_MIN_BYTES, so no probe write fits.
+FULL = [("full", 0), ("small_writes_fit", 48 * 1024)]
+
+
+assert all(freed < PROBE_MIN_BYTES for _, freed in FULL)
 
 
 @pytest.mark.parametrize("row, freed", FULL, ids=[r[0] for r in FULL])
@@ -64,6 +68,9 @@ def test_ready_agrees_with_the_intake_on_a_full_disk(disk, sims, row, freed):
         url = service.url
         r = requests.post(url + "/alerts", json=webhook("Before", **BIG), headers=AUTH, timeout=10)
         assert r.status_code == 200, r.text
+        # The worker records the delivery of "Before" in the outbox; once that write is done nothing but the
+        # readiness probe writes, so the room freed below is the witness's alone.
+        wait_for(lambda: service.outbox.counts()["pending"] == 0, timeout=30, what="'Before' delivered")
         fill(disk)
         if freed:
             os.truncate(disk / "filler", (disk / "filler").stat().st_size - freed)
