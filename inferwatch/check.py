@@ -94,6 +94,11 @@ def run(args: argparse.Namespace) -> int:
 
     for trust in tenant_trust_findings(spec):
         print(f"warning: {trust}", file=sys.stderr)
+    # A trusted network holding every address (0.0.0.0/0, ::/0): anyone may set the tenant header.
+    from inferwatch.networks import open_trust_findings
+
+    for trust in open_trust_findings(spec):
+        print(f"warning: {trust}", file=sys.stderr)
     print(f"{name}: OK ({len(spec.targets.triton)} Triton target(s), "
           f"{len(spec.tiers)} tier(s), {len(spec.tenants)} tenant(s), {len(spec.channels)} channel(s), "
           f"{len(spec.routes)} route(s))")

@@ -10,7 +10,6 @@ operating experience noted in the issues (e.g. GPU temperature 85 °C, Triton P9
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 from pathlib import Path
 from typing import Any
@@ -494,12 +493,9 @@ class GatewaySettings:
         if bool(self.grpc_certificate_file) != bool(self.grpc_private_key_file):
             raise SpecError(f"{path}.grpc_certificate_file", "grpc_certificate_file and grpc_private_key_file "
                             "go together (TLS needs both)")
-        for i, cidr in enumerate(self.tenant_trusted_proxies):
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError:
-                raise SpecError(f"{path}.tenant_trusted_proxies[{i}]",
-                                f"expected an IP address or CIDR network, got {cidr!r}") from None
+        from inferwatch.networks import parse_networks  # host bits refused (inferwatch/networks.py)
+
+        parse_networks(self.tenant_trusted_proxies, f"{path}.tenant_trusted_proxies")
         from inferwatch.exporters.gateway.routes import PROTOCOLS  # the gateway's table, not the spec's
 
         for route, protocol in self.routes.items():
@@ -758,12 +754,9 @@ class KubernetesSettings:
                 or self.prometheus_replica_label.startswith("__"):
             raise SpecError(f"{path}.prometheus_replica_label",
                             f"expected a label name, got {self.prometheus_replica_label!r}")
-        for i, cidr in enumerate(self.tenant_trusted_proxies):
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError:
-                raise SpecError(f"{path}.tenant_trusted_proxies[{i}]",
-                                f"expected an IP address or CIDR network, got {cidr!r}") from None
+        from inferwatch.networks import parse_networks  # host bits refused (inferwatch/networks.py)
+
+        parse_networks(self.tenant_trusted_proxies, f"{path}.tenant_trusted_proxies")
         unknown = sorted(set(self.workloads) - set(KUBERNETES_WORKLOADS))
         if unknown:
             raise SpecError(f"{path}.workloads.{unknown[0]}",
