@@ -154,6 +154,11 @@ class ClusterSettings:
         if self.label in _TAKEN_LABELS:
             raise SpecError(f"{path}.label", f"{self.label!r} already means something in inferwatch's series and "
                                              f"alerts: pick another name, such as cluster")
+        # Two clusters in one store are told apart by this value alone: one that only looks like a name (blank,
+        # ' eu-1' beside 'eu-1', a control character) would mix or split their series invisibly.
+        if self.name and (self.name != self.name.strip() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in self.name)):
+            raise SpecError(f"{path}.name", f"expected a name without surrounding spaces or control characters, "
+                                            f"got {self.name!r}")
 
 
 @dataclasses.dataclass
