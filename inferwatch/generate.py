@@ -2,7 +2,12 @@
 config) from one spec, or with `--check` fail when the committed files differ from what the spec generates.
 
 Each area contributes a generator: a function `outputs(spec) -> {relative path: file text}` listed in
-GENERATORS. Paths are relative to the output root (the repository root by default).
+GENERATORS. Paths are relative to the output root (the current directory by default): every file is written
+under `--out DIR`, nowhere else.
+
+The spec reference page (docs/spec-reference.md) documents inferwatch's fields, not one spec's values: it is
+written only when the output root is the inferwatch checkout that is running (its own docs); generating for
+one's own stack elsewhere leaves it out (`--spec-reference` writes it anyway).
 """
 
 from __future__ import annotations
@@ -40,7 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spec", default=None, metavar="FILE",
                    help="spec file (default ./inferwatch.yaml; required when that does not exist)")
-    p.add_argument("--out", default=".", metavar="DIR", help="output root (default: current directory)")
+    p.add_argument("--out", default=".", metavar="DIR",
+                   help="output root: every file is written under it (default: current directory)")
+    p.add_argument("--spec-reference", action="store_true",
+                   help="also write docs/spec-reference.md (the page of every spec field), which is otherwise "
+                        "written only into the inferwatch checkout that is running")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 listing every file that is missing or differs")
     p.set_defaults(func=run)
@@ -57,6 +66,25 @@ def render_all(spec: Spec) -> dict[str, str]:
             raise RuntimeError(f"generators disagree on who writes {sorted(clash)}")
         files.update(produced)
     return files
+
+
+def project_checkout(root: Path) -> bool:
+    """True when `root` is the source checkout of the running inferwatch (the package's directory lies under it,
+    as `inferwatch/` or `src/inferwatch/`, and not inside an installed environment's site-packages)."""
+    package = Path(__file__).resolve().parent
+    if "site-packages" in package.parts or "dist-packages" in package.parts:
+        return False
+    return package.parent == root.resolve() or package.parent == root.resolve() / "src"
+
+
+def for_root(files: dict[str, str], root: Path, spec_reference: bool = False) -> dict[str, str]:
+    """`files` as written under `root`: without the spec reference page unless `root` is the running
+    inferwatch's checkout or `spec_reference` asks for it (a user's stack has no use for inferwatch's docs)."""
+    from inferwatch.specdoc import PATH
+
+    if spec_reference or project_checkout(root):
+        return files
+    return {rel: text for rel, text in files.items() if rel != PATH}
 
 
 def stale_files(files: dict[str, str], root: Path) -> list[str]:
@@ -77,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(file)
     root = Path(args.out)
     try:
-        files = render_all(spec)
+        files = for_root(render_all(spec), root, getattr(args, "spec_reference", False))
     except SpecError as exc:
         raise exc.with_file(file) from None
     if args.check:
@@ -93,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         if stale:
             again = "".join(f" {flag} {value}" for flag, value in (("--spec", args.spec), ("--out", args.out))
                             if value and value != ".")
+            again += " --spec-reference" if getattr(args, "spec_reference", False) else ""
             print(f"{len(stale)} of {len(files)} generated file(s) are stale: run `inferwatch generate{again}`",
                   file=sys.stderr)
             return 1
