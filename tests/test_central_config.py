@@ -116,14 +116,68 @@ def test_kubernetes_prometheus_patch_and_vmalert(tmp_path):
     assert yaml.safe_load(files[PROMETHEUS_PATCH]) == {"spec": {
         "externalLabels": {"cluster": "eu-1"}, "remoteWrite": [{"url": "http://victoria-metrics:8428/api/v1/write"}]}}
     docs = list(yaml.safe_load_all(files[CENTRAL]))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment"]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Service", "ConfigMap", "Deployment"]
     for doc in docs:
-        kubernetes_validate.validate(doc, "1.30", strict=True)
+        for version in ("1.30", "1.37"):
+            kubernetes_validate.validate(doc, version, strict=True)
     rules = {k.rsplit("/", 1)[-1]: v for k, v in files.items() if k.startswith(RULES_DIR)}
     assert docs[0]["data"] == rules
     args = docs[1]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "-rule=/etc/vmalert/rules/*.yml" in args and "-datasource.url=http://victoria-metrics:8428" in args
     assert "-notifier.url=http://alertmanager-operated.monitoring.svc:9093" in args
+
+
+# (edge, the watcher's targets). On Kubernetes the edge is the cluster's Prometheus (remoteWrite of
+# prometheus-patch.yaml) whatever central_store.edge says, so no vmagent job is written there.
+WATCH_ROWS = [
+    ("vmagent", {"inferwatch-victoriametrics": "victoria-metrics:8428",
+                 "inferwatch-vmalert": "inferwatch-vmalert.monitoring.svc:8880"}),
+    ("prometheus-agent", {"inferwatch-victoriametrics": "victoria-metrics:8428",
+                          "inferwatch-vmalert": "inferwatch-vmalert.monitoring.svc:8880"}),
+]
+
+
+@pytest.mark.parametrize("edge, targets", WATCH_ROWS)
+def test_kubernetes_runs_the_store_watcher_compose_runs(tmp_path, edge, targets):
+    """deploy/central/kubernetes.yaml holds the store's watcher (inferwatch/kubernetes/storewatch.py): a
+    Prometheus scraping VictoriaMetrics and vmalert (through its new Service), evaluating centralstore.yml
+    and sending to the in-cluster Alertmanager; promtool accepts its configuration and rules as mounted."""
+    from inferwatch.kubernetes.clusters import CENTRAL
+
+    files = render_all(spec(edge))
+    docs = list(yaml.safe_load_all(files[CENTRAL]))
+    vmalert_pods = docs[1]["spec"]["template"]["metadata"]["labels"]
+    service, config, watcher = docs[2:]
+    assert service["metadata"]["name"] == "inferwatch-vmalert"
+    assert service["spec"]["selector"].items() <= vmalert_pods.items()
+    assert service["spec"]["ports"][0]["targetPort"] == "http"  # vmalert's named container port
+    assert "http" in {p["name"] for p in docs[1]["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert config["data"]["centralstore.yml"] == files[f"{RULES_DIR}/centralstore.yml"]
+    prom = yaml.safe_load(config["data"]["prometheus.yml"])
+    assert {j["job_name"]: j["static_configs"][0]["targets"][0] for j in prom["scrape_configs"]} == targets
+    assert prom["rule_files"] == ["/etc/prometheus/rules/centralstore.yml"]
+    assert prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [
+        "alertmanager-operated.monitoring.svc:9093"]
+    assert "remote_write" not in prom  # it writes nothing to the store it watches
+    pod = watcher["spec"]["template"]["spec"]
+    items = {i["key"]: i["path"] for i in pod["volumes"][0]["configMap"]["items"]}
+    mount = pod["containers"][0]["volumeMounts"][0]["mountPath"]
+    assert pod["volumes"][0]["configMap"]["name"] == config["metadata"]["name"]
+    assert {f"{mount}/{path}" for path in items.values()} == {"/etc/prometheus/prometheus.yml",
+                                                              "/etc/prometheus/rules/centralstore.yml"}
+    assert "--config.file=/etc/prometheus/prometheus.yml" in pod["containers"][0]["args"]
+    # promtool on the files as the pod mounts them (the rule path moved under tmp_path).
+    for key, path in items.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(config["data"][key])
+    prom["rule_files"] = [str(tmp_path / items["centralstore.yml"])]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom))
+    check = subprocess.run([tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml")],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    rules = yaml.safe_load(config["data"]["centralstore.yml"])
+    names = {r.get("alert") for g in rules["groups"] for r in g["rules"]}
+    assert {"VictoriaMetricsDown", "VmalertDown", "VmagentDown"} <= names
 
 
 def test_compose_override_for_the_central_store(tmp_path):

@@ -8,7 +8,8 @@ the kustomize base, not into it (they change objects inferwatch does not own, or
   (or the chart's `prometheus.prometheusSpec.externalLabels` / `remoteWrite` values, the same fields);
 - with a central store, deploy/central/kubernetes.yaml: vmalert (Deployment, the generated rule files as a
   ConfigMap) evaluating the rules on VictoriaMetrics (`central_store.url`, run by its own chart or operator)
-  and notifying Alertmanager, with the command line of inferwatch.central.
+  and notifying Alertmanager, with the command line of inferwatch.central, and the store's watcher
+  (inferwatch.kubernetes.storewatch).
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def vmalert_objects(spec: Spec, rule_files: dict[str, str]) -> list[dict]:
                                         "spec": {"containers": [container],
                                                  "volumes": [{"name": "rules", "configMap": {
                                                      "name": "inferwatch-vmalert-rules"}}]}}}}
-    return [rules, deployment]
+    from inferwatch.kubernetes.storewatch import RULES_FILE, store_watch_objects
+
+    watched = next(text for name, text in rule_files.items() if name.rsplit("/", 1)[-1] == RULES_FILE)
+    return [rules, deployment, *store_watch_objects(spec, cs, watched)]
 
 
 def outputs(spec: Spec, rule_files: dict[str, str]) -> dict[str, list[dict]]:
