@@ -3,18 +3,23 @@
 The real CLI process with two workers in front of a scripted upstream: every metered request is counted
 once whichever worker took it (new connection each, so the kernel spreads them), in-flight returns to 0,
 the usage log has one line per request; a worker that dies stops the gateway with exit code 1 and a log
-line; SIGTERM stops it cleanly and removes its metric files."""
+line; SIGTERM stops it cleanly and removes its metric files; after a SIGKILL (no cleanup) the next gateway
+counts from zero and removes the dead run's files (a table of what the sweep keeps and removes)."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import fcntl
 import os
 import signal
+import time
 from pathlib import Path
 
+import pytest
 import requests
 
 from gateway_support import GatewayProcess, Script, ScriptedUpstream, wait_until
+from inferwatch.exporters.gateway.workers import LOCK, PREFIX, sweep_stale_directories
 
 CHAT = "/v1/chat/completions"
 EVENTS = [b'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'] * 5 + [
@@ -26,7 +31,7 @@ def workers_of(pid: int) -> list[int]:
 
 
 def start(tmp_path, up) -> GatewayProcess:
-    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp").mkdir(exist_ok=True)
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))  # where the gateway keeps its metric files
     return GatewayProcess(up.url, {"tenants": ["acme"], "models": ["gpt-test"]}, tmp_path,
                           extra_args=("--workers", "2"), env=env)
@@ -80,3 +85,97 @@ def test_a_dead_worker_stops_the_gateway_with_exit_code_1(tmp_path):
     finally:
         gw.stop()
         up.stop()
+
+
+def _request(gw: GatewayProcess) -> int:
+    with requests.post(gw.url + CHAT, json={"model": "gpt-test", "stream": True}, timeout=30,
+                       headers={"X-Tenant-ID": "acme", "X-Script": "acme", "Connection": "close"}) as r:
+        assert r.content is not None  # read the whole answer
+        return r.status_code
+
+
+def test_a_restart_after_sigkill_counts_from_zero_and_removes_the_dead_runs_files(tmp_path):
+    up = ScriptedUpstream()
+    up.scripts["acme"] = Script(EVENTS)
+    labels = {"tenant": "acme", "model": "gpt-test", "tier": "other", "code": "200", "outcome": "ok"}
+    gw = start(tmp_path, up)
+    again = None
+    try:
+        assert [_request(gw) for _ in range(3)] == [200] * 3
+        wait_until(lambda: gw.value("gateway_requests_total", **labels) == 3, what="3 requests counted")
+        [dead] = list((tmp_path / "tmp").iterdir())
+        workers = workers_of(gw.pid)
+        os.kill(gw.pid, signal.SIGKILL)  # no cleanup runs: its directory stays
+        assert gw.process.proc.wait(timeout=20) == -signal.SIGKILL
+        wait_until(lambda: not any(Path(f"/proc/{w}").exists() for w in workers), what="its workers gone")
+        assert dead.exists() and any(dead.glob("*.db"))
+        again = start(tmp_path, up)
+        assert _request(again) == 200
+        wait_until(lambda: again.value("gateway_requests_total", **labels) == 1, what="the new run's request")
+        assert again.snapshot().value("gateway_requests_total", **labels) == 1  # not 4: no dead run's counts
+        assert not dead.exists()
+        assert len(list((tmp_path / "tmp").iterdir())) == 1  # the new run's own, nothing growing
+        assert f"removed the metric files a killed gateway left in {dead}" in again.output()
+    finally:
+        gw.stop()
+        if again is not None:
+            again.stop()
+        up.stop()
+
+
+def _locked(d: Path, held: list) -> None:
+    (d / LOCK).touch()
+    fd = os.open(d / LOCK, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another open file: conflicts like another process's
+    held.append(fd)
+
+
+def _lock_free(d: Path, held: list) -> None:
+    (d / LOCK).touch()
+    (d / "counter_123.db").write_bytes(b"x" * 4096)
+
+
+def _unlocked_old(d: Path, held: list) -> None:
+    (d / "counter_123.db").write_bytes(b"x")
+    old = time.time() - 120
+    os.utime(d, (old, old))
+
+
+def _unlocked_new(d: Path, held: list) -> None:
+    pass
+
+
+# (entry name, how it is made, removed). The issue's case: a directory whose gateway was SIGKILLed.
+SWEEP_ROWS = [
+    (PREFIX + "live", _locked, False),             # a running gateway holds its lock
+    (PREFIX + "killed", _lock_free, True),         # its gateway gone: the kernel released the lock
+    (PREFIX + "old", _unlocked_old, True),         # killed between creating and locking, or an older gateway
+    (PREFIX + "starting", _unlocked_new, False),   # another gateway creating its directory now
+    ("something-else", _lock_free, False),         # not a gateway's
+]
+
+
+@pytest.mark.parametrize("name, make, removed", SWEEP_ROWS, ids=[r[0] for r in SWEEP_ROWS])
+def test_the_sweep_removes_only_directories_of_gone_gateways(tmp_path, name, make, removed):
+    held: list = []
+    d = tmp_path / name
+    d.mkdir()
+    try:
+        make(d, held)
+        assert sweep_stale_directories(str(tmp_path)) == ([str(d)] if removed else [])
+        assert d.exists() is not removed
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def test_the_sweep_follows_no_link_and_skips_files(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / LOCK).touch()
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / (PREFIX + "link")).symlink_to(outside, target_is_directory=True)
+    (base / (PREFIX + "file")).write_text("x")
+    assert sweep_stale_directories(str(base)) == []
+    assert (outside / LOCK).exists() and (base / (PREFIX + "file")).exists()

@@ -10,7 +10,10 @@ How:
 - each worker binds the proxy port with SO_REUSEPORT: the kernel spreads new connections over the workers'
   sockets (a connection, and every request on it, stays with one worker);
 - metrics go through prometheus-client's multiprocess mode: each worker's values live in memory-mapped
-  files under a private directory (PROMETHEUS_MULTIPROC_DIR, removed at exit) and the parent's
+  files under a private directory (PROMETHEUS_MULTIPROC_DIR, new for each run, so a restart never adds a
+  dead run's counts; removed at exit; one a gateway killed before its cleanup left is removed by the next
+  gateway to start: the parent holds an flock on `.owner.lock` inside it for its whole life, which the
+  kernel releases however it ends, see `sweep_stale_directories`) and the parent's
   MultiProcessCollector adds them up per label set (histograms bucket by bucket; in-flight gauges over
   live workers only). A worker's counters outlive it, so totals never go backwards;
 - `process_cpu_seconds_total` and `process_resident_memory_bytes` are the sums over the parent and the live
@@ -28,12 +31,14 @@ The usage log is opened by each worker in append mode; one record is one write, 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import time
 from typing import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, multiprocess, values
@@ -45,6 +50,59 @@ from inferwatch.lifetime import die_with_parent
 log = logging.getLogger(__name__)
 _READY = b"r"
 _STOP_TIMEOUT_S = 10.0
+PREFIX = "inferwatch-gateway-metrics-"
+LOCK = ".owner.lock"
+# A directory without its lock file this old is one a gateway was killed in before locking it (mkdtemp and
+# the lock are microseconds apart); a younger one may be another gateway's that is starting now.
+_UNLOCKED_GRACE_S = 60.0
+
+
+def sweep_stale_directories(base: str) -> list[str]:
+    """Remove the metric directories under `base` (PREFIX*, this user's) whose gateway is gone: its
+    `.owner.lock` not held, or no lock file and older than a minute. Returns the removed paths. A held lock
+    (a live gateway, in any PID namespace sharing `base`) keeps its directory; errors skip the entry."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False) \
+                    or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            try:
+                fd = os.open(os.path.join(entry.path, LOCK), os.O_RDWR | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                if time.time() - entry.stat(follow_symlinks=False).st_mtime < _UNLOCKED_GRACE_S:
+                    continue
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                # Removed while this process holds the lock, so no gateway starting now can be taking it.
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+            except BlockingIOError:
+                pass  # its gateway is alive
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+    return removed
+
+
+def _private_directory() -> tuple[str, int]:
+    """A new metric directory under the temporary directory (TMPDIR) and the fd of its held lock, after
+    sweeping the directories killed gateways left there."""
+    base = tempfile.gettempdir()
+    for path in sweep_stale_directories(base):
+        log.info("removed the metric files a killed gateway left in %s", path)
+    directory = tempfile.mkdtemp(prefix=PREFIX)
+    fd = os.open(os.path.join(directory, LOCK), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return directory, fd
 
 
 class WorkersProcessCollector(Collector):
@@ -89,7 +147,7 @@ def run_workers(count: int, start_worker: Callable[[], None],
     `worker_ready()` once listening, and return once SIGTERM asked it to stop), then run
     `serve_metrics(registry, stop)` in this process until a signal or a worker's exit.
     Returns the exit code: 0 after a signal, 1 when a worker exited on its own."""
-    directory = tempfile.mkdtemp(prefix="inferwatch-gateway-metrics-")
+    directory, lock_fd = _private_directory()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     live: set[int] = set()
     ready_r, ready_w = os.pipe()
@@ -100,6 +158,7 @@ def run_workers(count: int, start_worker: Callable[[], None],
             if pid == 0:
                 die_with_parent(parent)  # forked by this (main) thread, which lives as long as the gateway
                 os.close(ready_r)
+                os.close(lock_fd)  # the lock is the parent's alone: it is free once the parent is gone
                 _worker_main(index, start_worker, ready_w)  # never returns
             live.add(pid)
         os.close(ready_w)
@@ -109,6 +168,7 @@ def run_workers(count: int, start_worker: Callable[[], None],
             _signal(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         shutil.rmtree(directory, ignore_errors=True)
+        os.close(lock_fd)
 
 
 def _worker_main(index: int, start_worker: Callable[[], None], ready_w: int) -> None:
