@@ -488,6 +488,11 @@ class GatewaySettings:
     tenant_api_keys: Secret | None = field(
         None, doc="secret reference to lines `<api key> <tenant>`: a request with `Authorization: Bearer <key>` "
                   "is billed to that tenant whatever header it sent")
+    upstream_authorization: Secret | None = field(
+        None, doc="secret reference to the whole Authorization value sent upstream (e.g. `Bearer <token>`): set, "
+                  "every client credential header (Authorization, X-Api-Key, Api-Key) is removed from every "
+                  "forwarded request and call and this sent instead (over --upstream URL credentials); unset, "
+                  "the client's own are forwarded as sent (exporters/gateway/credentials.py)")
 
     def _validate(self, path: str) -> None:
         for name in ("max_body_bytes", "max_answer_bytes"):

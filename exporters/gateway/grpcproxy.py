@@ -38,6 +38,7 @@ import grpc
 from prometheus_client import Counter
 
 from inferwatch.exporters.gateway.api import Gateway
+from inferwatch.exporters.gateway.credentials import UpstreamCredential
 from inferwatch.exporters.gateway.grpcmeter import SERVICE, CallMeter
 from inferwatch.exporters.gateway.tenancy import Tenancy, TenantRefused
 from inferwatch.ratelog import ConditionLog
@@ -103,6 +104,7 @@ class GrpcProxy:
         self._active: dict[int, _Active] = {}
         self._sweeper: asyncio.Future | None = None
         self.tenancy = Tenancy(gateway.spec)  # who a call is billed to: the HTTP proxy's rules (tenancy.py)
+        self.credential = UpstreamCredential(gateway.spec)  # gateway.upstream_authorization (credentials.py)
         self._refusals = ConditionLog(log)
 
     async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
@@ -185,6 +187,7 @@ class GrpcProxy:
         metadata = [(k, v) for k, v in metadata if k != self.tenancy.header]
         if tenant is not None:
             metadata.append((self.tenancy.header, tenant))  # lower case: gRPC metadata keys are
+        metadata = self.credential.apply(metadata, "authorization")
         meter: CallMeter | None = CallMeter(method, metadata, self.gateway.metrics, self.gateway.labels,
                                             self.llm_models, self.gateway.usage_sink,
                                             on_unmetered=self.gateway._unmetered)

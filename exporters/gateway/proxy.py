@@ -22,8 +22,9 @@ and written to an idle upstream connection there, so its way to the upstream cos
 (waiting for the answer, relaying it) is the coroutine it returns.
 
 Credentials in the upstream URL (`http://user:pass@host:8000`) are sent as HTTP Basic auth (unless the client
-sent its own Authorization) and never appear in a log line, an error text or a metric: the proxy keeps the
-URL without them (`Proxy.upstream`).
+sent its own Authorization, or `gateway.upstream_authorization` replaces every client credential:
+credentials.py) and never appear in a log line, an error text or a metric: the proxy keeps the URL without
+them (`Proxy.upstream`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import aiohttp
 from yarl import URL
 
 from inferwatch.exporters.gateway.api import Gateway
+from inferwatch.exporters.gateway.credentials import UpstreamCredential
 from inferwatch.exporters.gateway.exchange import Exchange
 from inferwatch.exporters.gateway.httpserver import Request, ServerConnection
 from inferwatch.exporters.gateway.routes import BadTarget, canonical_target, decoded_path
@@ -90,6 +92,7 @@ class Proxy:
         # reaches a path outside the base.
         self.base_path = URL(self.upstream).raw_path.rstrip("/")
         self._authorization = auth.encode() if auth is not None else None
+        self._credential = UpstreamCredential(gateway.spec)  # gateway.upstream_authorization (credentials.py)
         self.timeout_s = timeout_s if timeout_s is not None else settings.upstream_timeout.seconds
         self.max_body_bytes = max_body_bytes if max_body_bytes is not None else settings.max_body_bytes
         self.tenancy = Tenancy(gateway.spec)  # who a request is billed to (tenancy.py)
@@ -156,7 +159,9 @@ class Proxy:
             forwarded = f"{forwarded}, {request.remote}" if forwarded else request.remote
         if forwarded:
             headers.append(("X-Forwarded-For", forwarded))
-        if self._authorization is not None and "authorization" not in request.fields:
+        if self._credential.replaces:
+            headers = self._credential.apply(headers)
+        elif self._authorization is not None and "authorization" not in request.fields:
             headers.append(("Authorization", self._authorization))
         if ex is None:
             return self._unmetered(request, conn, target, body, headers)
