@@ -20,9 +20,16 @@ SPEC = Path(__file__).resolve().parents[1] / "inferwatch.yaml"  # realtime TTFT 
 
 
 @pytest.fixture(scope="module")
-def prepared_prometheus(tmp_path_factory):
-    """A real Prometheus whose TSDB holds the last 30 minutes of every situation in SITUATIONS."""
-    server = start_prepared_prometheus(tmp_path_factory.mktemp("triage-prom"))
+def data_now() -> float:
+    """The present of the prepared data: time-based findings are judged at it (`--at`), not at the moment a
+    test happens to run, which on a busy machine is minutes later."""
+    return time.time()
+
+
+@pytest.fixture(scope="module")
+def prepared_prometheus(tmp_path_factory, data_now):
+    """A real Prometheus whose TSDB holds the 30 minutes before `data_now` of every situation in SITUATIONS."""
+    server = start_prepared_prometheus(tmp_path_factory.mktemp("triage-prom"), now=data_now)
     yield server
     server.stop()
 
@@ -221,12 +228,12 @@ def test_neighbour_findings_need_a_neighbour(prepared_prometheus, capsys, node, 
     # Version 2 became READY 25 min before the fault: not what started the errors.
     ("llm-oldver", "2", "backend-errors", "not met"),
 ])
-def test_new_version_compares_the_load_time_with_the_fault(prepared_prometheus, capsys, model, version, top,
-                                                           new_version):
+def test_new_version_compares_the_load_time_with_the_fault(prepared_prometheus, data_now, capsys, model, version,
+                                                           top, new_version):
     node = {"llm-fresh": "node-i", "llm-newver": "node-l", "llm-oldver": "node-m"}[model]
     rc, doc = triage_json(capsys, "TritonModelErrorRatioHigh", "--label", f"model={model}", "--label",
                           f"version={version}", "--label", f"triton=triton-{node}", "--label", f"node={node}",
-                          "--prometheus", prepared_prometheus.url)
+                          "--prometheus", prepared_prometheus.url, "--at", str(data_now))
     assert rc == 0
     [result] = doc["alerts"]
     assert result["condition"]["holds"] is True, result["condition"]
@@ -242,13 +249,14 @@ def test_new_version_compares_the_load_time_with_the_fault(prepared_prometheus, 
     assert ("new-version-errors" in [f["cause"] for f in result["findings"]]) is (new_version == "made")
 
 
-def test_firing_alerts_compare_with_their_startsat(prepared_prometheus, alertmanager_factory, tmp_path, capsys):
+def test_firing_alerts_compare_with_their_startsat(prepared_prometheus, data_now, alertmanager_factory, tmp_path,
+                                                   capsys):
     """With --firing the fault time is the alert's startsAt: the same version is 'new' relative to a fault
     that began a minute after it loaded, and cannot be (it was not loaded yet) for one 20 minutes earlier."""
     config = tmp_path / "alertmanager.yml"
     config.write_text("route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n")
     am = alertmanager_factory(config)
-    now = time.time()
+    now = data_now
     labels = {"alertname": "TritonModelErrorRatioHigh", "layer": "L2", "severity": "critical", "model": "llm-newver",
               "version": "2", "triton": "triton-node-l", "node": "node-l"}
     am.post_alerts([{"labels": {**labels, "case": "after-load"}, "startsAt": rfc3339(now - 120)},

@@ -230,7 +230,7 @@ def all_series(now: float | None = None, minutes: int = 30) -> list[Series]:
     return series + metrics_port_blocked_series(start, end) + gpu_heat_series(start, end)
 
 
-def start_prepared_prometheus(workdir: Path) -> PrometheusServer:
-    """A real Prometheus (no scrape targets) whose TSDB holds the last 30 minutes of every situation,
-    backfilled with `promtool tsdb create-blocks-from openmetrics`."""
-    return serve_series(all_series(), workdir, name="scenarios")
+def start_prepared_prometheus(workdir: Path, now: float | None = None) -> PrometheusServer:
+    """A real Prometheus (no scrape targets) whose TSDB holds the 30 minutes before `now` (unix seconds,
+    default the present) of every situation, backfilled with `promtool tsdb create-blocks-from openmetrics`."""
+    return serve_series(all_series(now), workdir, name="scenarios")
