@@ -243,3 +243,38 @@ def test_triton_dashboard_uses_the_spec_identity_labels(row):
 def test_bad_identity_is_a_clear_spec_error(identity, message):
     with pytest.raises(SpecError, match=message):
         _spec(identity, None)
+
+
+def _query(variable: dict) -> str:
+    query = variable["query"]
+    return query if isinstance(query, str) else query.get("query", "")
+
+
+def test_gpu_overview_and_engine_panels_use_the_spec_identity_labels(row):
+    params, spec, root = row
+    server, replica, node = _names(params[1])
+    gpu_node = ((params[1] or {}).get("gpu") or {}).get("node", "node")
+    boards = {k.rsplit("/", 1)[1]: json.loads(v) for k, v in dashboard_outputs(spec).items()}
+    gpu = boards["inferwatch-gpu.json"]
+    variables = {v["name"]: v for v in gpu["templating"]["list"]}
+    assert _query(variables["node"]).endswith(f", {gpu_node})"), _query(variables["node"])
+    temps = next(p for p in gpu["panels"] if p.get("title") == "GPU temperature")["targets"]
+    assert all(t["legendFormat"].startswith(f"{{{{{gpu_node}}}}} GPU") for t in temps), temps
+    firing = next(p for p in boards["inferwatch-overview.json"]["panels"] if p.get("title") == "Firing alerts")
+    where = firing["targets"][0]["expr"]
+    assert f"{node}, " in where and f", {server}, model, tier)" in where and f" {gpu_node}," in where, where
+    engine_row = [t for p in boards["inferwatch-triton.json"]["panels"] if p.get("title") == "KV cache used"
+                  for t in p["targets"]]
+    assert engine_row and all(f'{server}=~"$triton"' in t["expr"] for t in engine_row), engine_row
+    assert all(f"({{{{{server}}}}} {{{{instance}}}}" in t["legendFormat"] for t in engine_row), engine_row
+    # The engine recordings keep one engine per replica under the spec's names.
+    engine_rules = (root / "engine.yml").read_text()
+    assert f"max by ({node}, {server}, {replica}, model, version, instance, engine)" in engine_rules
+
+
+def test_every_rule_file_with_the_row_identity_parses_in_promtool(row):
+    _, _, root = row
+    files = sorted(p.name for p in root.glob("*.yml") if not p.name.endswith(".test.yml"))
+    assert "engine.yml" in files and "triton.yml" in files, files
+    out = subprocess.run([promtool(), "check", "rules", *files], cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
