@@ -4,6 +4,8 @@
 - `identity.gpu.node` differs from `identity.triton.node`: Alertmanager's inhibit `equal:` compares one label
   name on both alerts, so GpuLost/GpuNvmlLost cannot hold back the Triton alerts of their node and the
   generated configuration leaves that inhibition out (notifier/alertmanager_config.py).
+- `kubernetes.triton.monitor: false` (the user's own ServiceMonitor) with `identity.triton.server` left at
+  `triton`, which the Prometheus Operator's target labels never include (`service` names the Service).
 - `selectors.triton` changed while `selectors.engine` keeps its default (`job=~"triton.*|vllm.*"`): the
   engines' families on Triton's port carry Triton's labels, whose job may match neither prefix.
 - `selectors.engine` equal to another source's selector but Triton's: the engine rules would read that
@@ -30,6 +32,10 @@ def findings(spec: Spec) -> list[str]:
                    f"Alertmanager's inhibit `equal` compares one label name, so GpuLost and GpuNvmlLost will not "
                    f"hold back the Triton alerts of their node (that inhibition is left out); relabel both "
                    f"sources' node to one label name and set it in both")
+    if not spec.kubernetes.triton.monitor and spec.identity.triton.server == "triton":
+        out.append("kubernetes.triton.monitor is false (your own ServiceMonitor scrapes Triton) while "
+                   "identity.triton.server is `triton`, a label the Prometheus Operator does not write: two Tritons "
+                   "would be summed into one; set identity.triton.server: service (docs/selectors.md)")
     engine = spec.selectors.engine
     if engine == default_selector("engine") and spec.selectors.triton != default_selector("triton"):
         out.append(f"selectors.engine keeps its default ({engine}) while selectors.triton is "

@@ -30,6 +30,12 @@ ROWS = [
     ("engine-is-gpu", {"selectors": {"engine": 'job="inferwatch-gpu"'}},
      ["selectors.engine selects the same series as selectors.gpu"]),
     ("engine-is-triton", {"selectors": {"engine": 'job="triton"'}}, []),
+    ("own-monitor-default-server", {"kubernetes": {"triton": {"monitor": False}},
+                                    "selectors": {"engine": 'namespace="triton", service="triton"'}},
+     ["kubernetes.triton.monitor is false"]),
+    ("own-monitor-service-server", {"kubernetes": {"triton": {"monitor": False}},
+                                    "selectors": {"engine": 'namespace="triton", service="triton"'},
+                                    "identity": {"triton": {"server": "service"}}}, []),
 ]
 
 
