@@ -278,3 +278,61 @@ def test_every_rule_file_with_the_row_identity_parses_in_promtool(row):
     assert "engine.yml" in files and "triton.yml" in files, files
     out = subprocess.run([promtool(), "check", "rules", *files], cwd=root, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
+
+
+EXPOSITION = """# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="simple",version="1"} 0
+# TYPE nv_inference_request_failure counter
+nv_inference_request_failure{model="simple",version="1",reason="BACKEND"} 0
+"""
+FAST = {"prometheus": {"scrape_interval": "1s", "evaluation_interval": "1s", "rate_window": "5s"},
+        "layers": {"L2": {"for": "2s"}}}
+
+
+@pytest.mark.parametrize("params", [IDENTITIES[0], IDENTITIES[1]], ids=IDS[:2])
+def test_real_prometheus_keeps_one_alert_per_pod(params, tmp_path):
+    """A real Prometheus scraping three pods behind one Service, labelled as the row's monitor labels them:
+    the two failing pods are two TritonModelErrorRatioHigh alerts with their own `pod`, the healthy one none."""
+    from engine_support import EngineExposition
+    from inferwatch.testing.prometheus import start_prometheus
+
+    data = yaml.safe_load((REPO / "inferwatch.yaml").read_text())
+    data["prometheus"] = {**data["prometheus"], **FAST["prometheus"]}
+    data["layers"]["L2"]["for"] = FAST["layers"]["L2"]["for"]
+    data["targets"] = {**data["targets"], "triton": []}  # scraped here as the row's monitor does, not generated
+    if params[1]:
+        data["identity"] = params[1]
+    if params[2]:
+        data["selectors"] = dict(params[2])
+    spec = spec_from_dict(data)
+    server, replica, node = _names(params[1])
+    (tmp_path / "triton.yml").write_text(rule_outputs(spec)[f"{RULES_DIR}/triton.yml"])
+    fixture = tmp_path / "triton.metrics"
+    fixture.write_text(EXPOSITION)
+    pods = {"triton-0": 10.0, "triton-1": 10.0, "triton-2": 0.0}
+    servers = {pod: EngineExposition(str(fixture)) for pod in pods}
+    prom = None
+    try:
+        static = []
+        for pod, failing in pods.items():
+            servers[pod].ramp("nv_inference_request_success", 10.0)
+            servers[pod].ramp("nv_inference_request_failure", failing)
+            labels = {k: v for k, v in _pod_labels(params, pod, f"node-{pod[-1]}").items()
+                      if k not in ("job", "instance")}
+            static.append({"targets": [servers[pod].address], "labels": labels})
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(tmp_path / "triton.yml")],
+            "scrape_configs": [{"job_name": params[3]["job"], "static_configs": static}]}))
+        prom = start_prometheus(tmp_path, tmp_path / "prometheus.yml")
+        firing = prom.wait_for('ALERTS{alertname="TritonModelErrorRatioHigh", alertstate="firing"}', timeout=90,
+                               predicate=lambda r: len(r) >= 2)
+        assert sorted(a["metric"][replica] for a in firing) == ["triton-0", "triton-1"], firing
+        assert all(a["metric"][server] == "triton-metrics" and a["metric"][node] for a in firing), firing
+        if server != "triton":
+            assert all("triton" not in a["metric"] for a in firing), firing
+    finally:
+        if prom is not None:
+            prom.stop()
+        for s in servers.values():
+            s.stop()
