@@ -38,10 +38,14 @@ def build(spec: Spec) -> db.Dashboard:
             "silenced ones included). Critical ones page.", "none",
             [query(f'count(ALERTS{{alertstate="firing", layer="{layer}"}}) or vector(0)', "firing")],
             links=[dashboard_link(key)], thresholds=[(1, "red")], w=8, h=4))
+    # Where an alert is, by the spec's identity labels (spec `identity`): Triton's node and server, the GPUs'
+    # node where it is another label.
+    ids = spec.identity
+    where = ", ".join(dict.fromkeys((ids.triton.node, ids.gpu.node, ids.triton.server)))
     board = board.with_panel(table_panel(
         "Firing alerts", "Every alert firing now with its layer, severity and where (node, model, tier); "
         "click an alert name for its runbook.", "none",
-        [table_query('sum by (alertname, layer, severity, node, triton, model, tier) '
+        [table_query(f'sum by (alertname, layer, severity, {where}, model, tier) '
                      '(ALERTS{alertstate="firing"})')], w=24, h=6).data_links([runbook_data_link(spec)]))
     board = board.with_row(db.Row("First numbers"))
     board = board.with_panel(stat_panel(

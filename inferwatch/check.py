@@ -89,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
     # of one's own (the Prometheus Operator's), but the generated prometheus.yml would leave alerts blind.
     for warning in unmatched_selectors(spec):
         print(f"warning: {warning}", file=sys.stderr)
+    # Selectors, identity labels and upstreams each valid alone that do not fit together.
+    from inferwatch.sourcecheck import findings as source_findings
+
+    for warning in source_findings(spec):
+        print(f"warning: {warning}", file=sys.stderr)
     # Declared tenants that the generated Kubernetes gateway would bill `other` (it trusts only loopback there).
     from inferwatch.kubernetes.tenancy import findings as tenant_trust_findings
 

@@ -6,7 +6,8 @@ field or the Prometheus object to change:
 
 - per source (the spec's `selectors`, the sources the layers' rules read): its selector matches no series;
   some of its targets are down; its series lack the identity labels rules, inhibitions and dashboards key on
-  (`IDENTITY`);
+  (`IDENTITY`, with the spec's `identity` names);
+- LLM engine series (nv_trt_llm_*, vllm:*) that `selectors.engine` selects none of;
 - metrics the rules read that no series of their source has, with the exporter flag or dcgm-exporter field
   that enables them (`NEEDED`, e.g. the ECC fields dcgm-exporter's default CSV leaves out);
 - Triton targets scraped more often than Triton refreshes its metrics (`targets.triton[].metrics_interval_ms`,
@@ -28,7 +29,7 @@ import requests
 from inferwatch.selectors import Selector
 from inferwatch.spec import Spec
 
-__all__ = ["Problem", "live_problems", "IDENTITY", "NEEDED", "LiveCheckError"]
+__all__ = ["Problem", "live_problems", "IDENTITY", "identity", "NEEDED", "LiveCheckError"]
 
 # The sources the three layers' rules read (the alerting path's own sources are checked by the HA tests).
 SOURCES = ("gpu", "triton", "triton_collector", "gateway")
@@ -44,6 +45,23 @@ IDENTITY: dict[str, tuple[tuple[tuple[str, ...], str | None], ...]] = {
     "triton_collector": ((("node",), None), (("triton",), "inferwatch_triton_up")),
     "gateway": ((("node",), None),),
 }
+
+
+def identity(spec: Spec) -> dict[str, tuple[tuple[tuple[str, ...], str | None], ...]]:
+    """IDENTITY with the spec's identity labels (spec `identity`): Triton's node and server as the spec names
+    them, a GPU's node as `identity.gpu.node` or any host label dcgm-exporter writes."""
+    ids = spec.identity
+    gpu_node = tuple(dict.fromkeys((ids.gpu.node, "node", "Hostname", "hostname")))
+    out = dict(IDENTITY)
+    out["gpu"] = ((gpu_node, None),) + IDENTITY["gpu"][1:]
+    out["triton"] = (((ids.triton.node,), None), ((ids.triton.server,), None))
+    return out
+
+
+# The LLM engines' families (rules/engine.py): on Triton's port or a vLLM server's own job. A Prometheus with
+# none has no engine and nothing to check; one with some that selectors.engine selects none of is blind.
+ENGINE_FAMILIES = '__name__=~"nv_trt_llm_.+|vllm:.+"'
+
 # Series Prometheus writes itself carry a source's labels too (ALERTS of an absent() alert, recorded
 # series): only scraped series count.
 SCRAPED = '__name__!~"ALERTS|ALERTS_FOR_STATE|.+:.+"'
@@ -119,6 +137,7 @@ def live_problems(spec: Spec, prometheus_url: str, alertmanager_url: str | None 
     targets = api.get("/api/v1/targets", state="active")["activeTargets"]
     out: list[Problem] = []
     present: dict[str, bool] = {}
+    labels_of = identity(spec)
     for source in SOURCES:
         selector = spec.selectors.of(source)
         field_ = f"selectors.{source}"
@@ -132,7 +151,7 @@ def live_problems(spec: Spec, prometheus_url: str, alertmanager_url: str | None 
         for t in down:
             reason = t.get("lastError") or "no answer"
             out.append(Problem(f"target {t['scrapeUrl']}", f"{source} target down: {reason}"))
-        for alternatives, metric in IDENTITY[source]:
+        for alternatives, metric in labels_of[source]:
             # Series without any of the alternatives (set operators match label sets, not metric names).
             matchers = f"{selector}, {SCRAPED}" if metric is None else f'{selector}, __name__="{metric}"'
             having = " unless ".join(f'{{{matchers}, {label}!=""}}' for label in alternatives)
@@ -149,12 +168,28 @@ def live_problems(spec: Spec, prometheus_url: str, alertmanager_url: str | None 
         if not any(api.count(selector(m)) for m in metrics):
             out.append(Problem(f"metric {metrics[-1]}", f"no {source} series ({' or '.join(metrics)}): {loses} "
                                                         f"cannot fire; enable {enable}"))
+    out += _engine(spec, api)
     out += _triton_intervals(spec, targets)
     out += _duplicates(targets)
     out += _failing_rules(api)
     if alertmanager_url:
         out += _alertmanager(api, alertmanager_url, timeout)
     return out
+
+
+def _engine(spec: Spec, api: _Api) -> list[Problem]:
+    """selectors.engine selecting none of the engine families this Prometheus has (ENGINE_FAMILIES)."""
+    everywhere = api.count(f"{{{ENGINE_FAMILIES}}}")
+    if not everywhere:
+        return []
+    selector = spec.selectors.of("engine")
+    if api.count(f"{{{selector}, {ENGINE_FAMILIES}}}"):
+        return []
+    jobs = api.get("/api/v1/query", query=f"count by (job) ({{{ENGINE_FAMILIES}}})")["result"]
+    names = ", ".join(sorted(r["metric"].get("job", "") for r in jobs))
+    return [Problem("selectors.engine", f"{{{selector}}} selects none of the {everywhere} LLM engine series "
+                                        f"(nv_trt_llm_*, vllm:*) in {api.url} (their jobs: {names}): the engine "
+                                        f"rules and dashboard row see nothing; select those jobs")]
 
 
 def _seconds(text: str) -> float:

@@ -259,6 +259,63 @@ class Selectors:
             seen[key] = source
 
 
+def _label_name(path: str, value: str) -> None:
+    import re
+
+    if not isinstance(value, str) or not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", value) or value.startswith("__"):
+        raise SpecError(path, f"expected a Prometheus label name such as 'pod', got {value!r}")
+
+
+@dataclasses.dataclass
+class TritonIdentity:
+    """Which labels of Triton's own series (selectors.triton) name one Triton server, its replica and its
+    node: every L2 rule, join, inhibition and dashboard keys on them (rules/identity.py). The defaults are the
+    labels the generated scrape configuration and Kubernetes monitors write. With your own ServiceMonitor the
+    Prometheus Operator writes `namespace`, `service`, `endpoint`, `pod`, `container`: `server: service`,
+    `replica: pod`, and `node` the label your relabelling gives (docs/selectors.md). The Triton collector's
+    series carry `triton` and `pod`; rules rename them to these names before any join."""
+
+    server: str = field("triton", doc="label naming one Triton server (in Kubernetes its Service)")
+    replica: str = field("pod", doc="label telling replicas behind one server apart (absent outside Kubernetes)")
+    node: str = field("node", doc="label naming the node a replica runs on")
+
+    def _validate(self, path: str) -> None:
+        for name in ("server", "replica", "node"):
+            _label_name(f"{path}.{name}", getattr(self, name))
+        if len({self.server, self.replica, self.node}) < 3:
+            raise SpecError(path, f"server, replica and node must be three different labels, got "
+                                  f"{self.server!r}, {self.replica!r}, {self.node!r}")
+
+
+@dataclasses.dataclass
+class GpuIdentity:
+    """Which label of the GPU source's series (selectors.gpu) names the node a GPU is in: GPU alerts, the GPU
+    dashboard's node variable and the GPU-to-Triton inhibitions key on it. dcgm-exporter under the GPU
+    Operator writes `Hostname`; inferwatch's scrape configuration writes `node`. The GPU itself stays `gpu`
+    and `UUID` (both exporters' names)."""
+
+    node: str = field("node", doc="label naming a GPU's node")
+
+    def _validate(self, path: str) -> None:
+        from inferwatch.rules.identity import GPU
+
+        _label_name(f"{path}.node", self.node)
+        if self.node not in GPU:
+            # GPU rules reduce device-wide fields to the GPU's labels (rules/identity.py GPU): any other label
+            # would be dropped from every GPU alert.
+            raise SpecError(f"{path}.node", f"expected one of the GPU identity labels {', '.join(GPU)}, "
+                                            f"got {self.node!r}")
+
+
+@dataclasses.dataclass
+class Identity:
+    """The labels that make one incident, per source (docs/selectors.md "Identity labels"); defaults are the
+    generated configuration's."""
+
+    triton: TritonIdentity = field(TritonIdentity, doc="Triton server, replica and node labels")
+    gpu: GpuIdentity = field(GpuIdentity, doc="a GPU's node label")
+
+
 # ---------------------------------------------------------------------------------------------- layers
 @dataclasses.dataclass
 class GpuLayer:
@@ -947,6 +1004,8 @@ class Spec:
     targets: Targets = field(Targets)
     prometheus: PrometheusSettings = field(PrometheusSettings)
     selectors: Selectors = field(Selectors, doc="PromQL label selector of each source's series")
+    identity: Identity = field(Identity, doc="which of your labels identify a Triton server, its replica and "
+                                                  "node, and a GPU's node (docs/selectors.md)")
     cluster: ClusterSettings = field(ClusterSettings, doc="this cluster's name, when several clusters are watched")
     central_store: CentralStore = field(CentralStore, doc="a central store (VictoriaMetrics) several clusters "
                                                           "write to, and vmalert evaluating the rules there")

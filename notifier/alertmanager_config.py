@@ -136,34 +136,54 @@ def _inhibit(source: list[str], target: list[str], equal: list[str]) -> dict:
     return {"source_matchers": source + present, "target_matchers": target + present, "equal": list(equal)}
 
 
+def identity_names(spec: Spec, layer: str) -> dict[str, str]:
+    """The spec's names (spec `identity`) of the identity labels rules/names.py writes with their default
+    names (`node`, `triton`, `pod`), for an alert of `layer`: L1 alerts' node is the GPU source's, every
+    other layer's node, server and replica are Triton's."""
+    if layer == "L1":
+        return {"node": spec.identity.gpu.node}
+    ident = spec.identity.triton
+    return {"node": ident.node, "triton": ident.server, "pod": ident.replica}
+
+
+def _named(labels, names: dict[str, str]) -> list[str]:
+    return [names.get(label, label) for label in labels]
+
+
 def inhibit_rules(spec: Spec) -> list[dict]:
-    """The inhibit rules (see the module docstring); every `equal` label is required on both sides."""
+    """The inhibit rules (see the module docstring); every `equal` label is required on both sides. The
+    identity labels are the spec's (`identity`); the GPU-to-Triton rule needs one node label on both (GPU
+    and Triton `identity.*.node` equal; `inferwatch check` warns where they differ and the rule is left out)."""
     cluster = sorted(spec.external_labels)
+    gpu_node, triton_ids = spec.identity.gpu.node, identity_names(spec, "L2")
     rules = []
     for name, info in ALERTS.items():
         if {"critical", "warning"} <= set(info.severities):
             # One rule per shape of the alert's object where its scope alone does not name one (an engine on
             # Triton's port, a vLLM server's engine core): each rule's labels are all present on that shape.
             for shape in info.shapes or (info.scope,):
-                same = [label for label in shape if label not in VARIANT_LABELS]
+                same = _named([label for label in shape if label not in VARIANT_LABELS],
+                              identity_names(spec, info.layer))
                 rules.append(_inhibit([f'alertname="{name}"', 'severity="critical"'],
                                       [f'alertname="{name}"', 'severity="warning"'], [*same, *cluster]))
     rules.append(_inhibit(['alertname="GpuMemoryUsageCritical"'], ['alertname="GpuMemoryUsageHigh"'],
-                          ["node", "gpu", *cluster]))
-    rules.append(_inhibit(['alertname="GpuNvmlLost"'], ['alertname="GpuLost"'], ["node", *cluster]))
+                          [gpu_node, "gpu", *cluster]))
+    rules.append(_inhibit(['alertname="GpuNvmlLost"'], ['alertname="GpuLost"'], [gpu_node, *cluster]))
     # Alerts that carry node and triton in every shape, or in one of their shapes (an engine on Triton's port;
     # a vLLM server of its own has neither, and the rules below require both on the target).
     triton_alerts = [n for n, info in ALERTS.items()
                      if info.layer == "L2" and n != TRITON_ROOT
                      and any({"node", "triton"} <= set(shape) for shape in (info.scope, *info.shapes))]
-    rules.append(_inhibit([f'alertname=~"{_alternation(GPU_ROOTS)}"'],
-                          [f'alertname=~"{_alternation(triton_alerts)}"'], ["node", *cluster]))
+    server = _named(["node", "triton"], triton_ids)
+    if gpu_node == triton_ids["node"]:
+        rules.append(_inhibit([f'alertname=~"{_alternation(GPU_ROOTS)}"'],
+                              [f'alertname=~"{_alternation(triton_alerts)}"'], [gpu_node, *cluster]))
     rules.append(_inhibit([f'alertname="{TRITON_ROOT}"'], [f'alertname=~"{_alternation(triton_alerts)}"'],
-                          ["node", "triton", *cluster]))
+                          [*server, *cluster]))
     # Strict readiness: a model that failed to load (or is loading) makes its Triton not ready. The model
     # alert names the model and Triton's reason; the server alert says nothing more, so it is held back.
     rules.append(_inhibit(['alertname="TritonModelNotReady"'], ['alertname="TritonServerNotReady"'],
-                          ["node", "triton", *cluster]))
+                          [*server, *cluster]))
     return rules
 
 

@@ -65,6 +65,23 @@ GPU_MEMORY_PREDICTED = "gpu:DCGM_FI_DEV_FB_USED:predicted_ratio"
 MODEL = ("{{ $labels.model }}{{ with $labels.version }} version {{ . }}{{ end }} ({{ $labels.backend }}) on "
          "{{ with $labels.triton }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}"
          "{{ with $labels.engine }} engine {{ . }}{{ end }}{{ with $labels.node }} (node {{ . }}){{ end }}")
+
+
+def identity_of(spec: Spec) -> tuple[str, ...]:
+    """IDENTITY with the spec's Triton labels (spec `identity.triton`): an engine on Triton's port carries them."""
+    return identity.TritonLabels.of(spec).model_version + ("instance", "engine")
+
+
+def model_text(spec: Spec) -> str:
+    """MODEL naming the server and node by the spec's labels."""
+    ids = identity.TritonLabels.of(spec)
+    server, node = (f"$labels.{n}" if n in ("triton", "node") else label_arg(n) for n in (ids.server, ids.node))
+    return ("{{ $labels.model }}{{ with $labels.version }} version {{ . }}{{ end }} ({{ $labels.backend }}) on "
+            f"{{{{ with {server} }}}}{{{{ . }}}}{{{{ else }}}}{{{{ $labels.instance }}}}{{{{ end }}}}"
+            f"{{{{ with $labels.engine }}}} engine {{{{ . }}}}{{{{ end }}}}{{{{ with {node} }}}} (node {{{{ . }}}})"
+            "{{ end }}")
+
+
 # vLLM's own label for the served model (a vLLM server); Triton's vLLM backend writes `model` instead.
 VLLM_MODEL_LABEL = "model_name"
 
@@ -75,37 +92,40 @@ def as_model(expr: str) -> str:
     return f'label_replace({expr}, "model", "$1", "{VLLM_MODEL_LABEL}", "(.+)")'
 
 
-def _gauge(sel: Selector, metric: str, *matchers: str) -> str:
+def _gauge(sel: Selector, metric: str, *matchers: str, ident: tuple[str, ...] = IDENTITY) -> str:
     # One series per engine: `max by` drops job (one engine scraped by two jobs is one) and model_name.
     expr = sel(metric, *matchers)
-    return f"max by ({EV}) ({as_model(expr) if metric.startswith('vllm:') else expr})"
+    return f"max by ({by(ident)}) ({as_model(expr) if metric.startswith('vllm:') else expr})"
 
 
-def _trt(sel: Selector, metric: str, kind_label: str, kind: str) -> str:
-    return _gauge(sel, metric, f'{kind_label}="{kind}"')
+def _trt(sel: Selector, metric: str, kind_label: str, kind: str, ident: tuple[str, ...] = IDENTITY) -> str:
+    return _gauge(sel, metric, f'{kind_label}="{kind}"', ident=ident)
 
 
-def recording_rules(sel: Selector, window: str, horizon_s: int, lookback: str) -> list[Recording | Alert]:
-    """The engine recordings (names in rules/names.py), each per engine (IDENTITY) plus
+def recording_rules(sel: Selector, window: str, horizon_s: int, lookback: str, ident: tuple[str, ...] = IDENTITY,
+                    gpu_node: str = "node") -> list[Recording | Alert]:
+    """The engine recordings (names in rules/names.py), each per engine (ident) plus
     `backend`: ratios 0-1, counts of requests, preemptions/s over `window`, forecasts `horizon_s` seconds
     ahead fitted over `lookback` (a PromQL range), each per IDENTITY. `sel`: the `engine` selector."""
-    def rate(name: str) -> str:
-        return f"sum by ({EV}) ({as_model(f'rate({sel(name)}[{window}])')})"
+    ev, triton_node = by(ident), ident[0]
 
-    kv_vllm = "\nor\n".join(_gauge(sel, name) for name in VLLM_KV_USAGE)
-    prefix = "\nor\n".join(f"(\n{ratio(rate(hits), rate(queries), IDENTITY)}\n)"
+    def rate(name: str) -> str:
+        return f"sum by ({ev}) ({as_model(f'rate({sel(name)}[{window}])')})"
+
+    kv_vllm = "\nor\n".join(_gauge(sel, name, ident=ident) for name in VLLM_KV_USAGE)
+    prefix = "\nor\n".join(f"(\n{ratio(rate(hits), rate(queries), ident)}\n)"
                            for hits, queries in zip(VLLM_PREFIX_HITS, VLLM_PREFIX_QUERIES, strict=True))
-    used = _trt(sel, TRT_KV, "kv_cache_block_type", "used")
-    blocks = _trt(sel, TRT_KV, "kv_cache_block_type", "max")
+    used = _trt(sel, TRT_KV, "kv_cache_block_type", "used", ident)
+    blocks = _trt(sel, TRT_KV, "kv_cache_block_type", "max", ident)
     return [
-        Recording(KV_USED, f"(\n{ratio(used, blocks, IDENTITY)}\n) <= 1", TRT),
+        Recording(KV_USED, f"(\n{ratio(used, blocks, ident)}\n) <= 1", TRT),
         Recording(KV_USED, f"(\n{kv_vllm}\n) >= 0 <= 1", VLLM),
-        Recording(WAITING, f"{_trt(sel, TRT_REQUESTS, 'request_type', 'waiting')} >= 0", TRT),
-        Recording(WAITING, f"{_gauge(sel, VLLM_WAITING)} >= 0", VLLM),
-        Recording(RUNNING, f"{_trt(sel, TRT_REQUESTS, 'request_type', 'active')} >= 0", TRT),
-        Recording(RUNNING, f"{_gauge(sel, VLLM_RUNNING)} >= 0", VLLM),
-        Recording(RUNNING_MAX, f"{_trt(sel, TRT_REQUESTS, 'request_type', 'max')} > 0", TRT),
-        Recording(RUNNING_OF_MAX, ratio(RUNNING, RUNNING_MAX, IDENTITY), TRT),
+        Recording(WAITING, f"{_trt(sel, TRT_REQUESTS, 'request_type', 'waiting', ident)} >= 0", TRT),
+        Recording(WAITING, f"{_gauge(sel, VLLM_WAITING, ident=ident)} >= 0", VLLM),
+        Recording(RUNNING, f"{_trt(sel, TRT_REQUESTS, 'request_type', 'active', ident)} >= 0", TRT),
+        Recording(RUNNING, f"{_gauge(sel, VLLM_RUNNING, ident=ident)} >= 0", VLLM),
+        Recording(RUNNING_MAX, f"{_trt(sel, TRT_REQUESTS, 'request_type', 'max', ident)} > 0", TRT),
+        Recording(RUNNING_OF_MAX, ratio(RUNNING, RUNNING_MAX, ident), TRT),
         Recording(PREEMPTIONS, rate(VLLM_PREEMPTIONS), VLLM),
         Recording(PREFIX_HITS, prefix, VLLM),
         # node-mixin's NodeFilesystemSpaceFillingUp: predict_linear over a lookback, reaching full within
@@ -116,15 +136,21 @@ def recording_rules(sel: Selector, window: str, horizon_s: int, lookback: str) -
         # Per MIG instance (per GPU without MIG), as the framebuffer is: pods are no part of a GPU's identity.
         Recording(GPU_MEMORY_PREDICTED,
                   identity.per_instance(f"predict_linear({MEMORY_RATIO}[{lookback}], {horizon_s})")
-                  + f"\nand on (node)\ngroup by (node) ({KV_USED})"),
+                  + f"\nand on ({gpu_node})\ngroup by ({gpu_node}) ({_node_as(KV_USED, triton_node, gpu_node)})"),
     ]
+
+
+def _node_as(expr: str, theirs: str, ours: str) -> str:
+    """`expr` with its `theirs` node label copied to `ours` (unchanged where both are one name)."""
+    return expr if theirs == ours else f'label_replace({expr}, "{ours}", "$1", "{theirs}", "(.*)")'
 
 
 def _waiting_query(spec: Spec) -> tuple[str, str]:
     """(printf format, arguments) of the query naming an alert's waiting requests (its engine's: every
     IDENTITY label, an absent one as "", which matches only series without it), in its cluster."""
-    matchers = [f"{label}=%q" for label in IDENTITY]
-    args = "".join(f" {label_arg(label)}" for label in IDENTITY)
+    ident = identity_of(spec)
+    matchers = [f"{label}=%q" for label in ident]
+    args = "".join(f" {label_arg(label)}" for label in ident)
     if spec.cluster.enabled:
         matchers.insert(0, f"{spec.cluster.label}=%q")
         args = f" {label_arg(spec.cluster.label)}" + args
@@ -163,35 +189,38 @@ def alerts(spec: Spec) -> list[Recording | Alert]:
     alert per engine. The GPU's labels for
     EngineGpuMemoryFillPredicted (GPUs of nodes running an engine, below GpuMemoryUsageHigh's threshold)."""
     e = spec.layers.L2.engine
+    ev, model = by(identity_of(spec)), model_text(spec)
+    gpu_node = spec.identity.gpu.node
+    gpu_node_arg = "$labels.node" if gpu_node == "node" else label_arg(gpu_node)
     query, args = _waiting_query(spec)
     waiting = (f'{{{{ with printf "{query}"{args} | query }}}}{{{{ range . }}}} and '
                f'{{{{ .Value | printf "%.0f" }}}} requests wait{{{{ end }}}}{{{{ end }}}}')
-    full = f"{KV_USED} >= {{}}\nand on ({EV})\n{WAITING} >= {num(e.min_waiting_requests)}"
+    full = f"{KV_USED} >= {{}}\nand on ({ev})\n{WAITING} >= {num(e.min_waiting_requests)}"
     return [
         Alert("EngineKvCacheFull", full.format(num(e.kv_cache_warning_ratio)), e.for_, "warning",
-              f"The KV cache of {MODEL} is {{{{ $value | humanizePercentage }}}} used{waiting}: new requests "
+              f"The KV cache of {model} is {{{{ $value | humanizePercentage }}}} used{waiting}: new requests "
               "queue until running ones free blocks, so first tokens slow down."),
         Alert("EngineKvCacheFull", full.format(num(e.kv_cache_critical_ratio)), e.critical_for, "critical",
-              f"The KV cache of {MODEL} is full ({{{{ $value | humanizePercentage }}}} used){waiting}: every new "
+              f"The KV cache of {model} is full ({{{{ $value | humanizePercentage }}}} used){waiting}: every new "
               "request waits for a running one to finish; users see first tokens late or time out."),
         Alert("EnginePreemptionsHigh", f"{PREEMPTIONS} > {num(e.preemption_rate)}", e.for_, "warning",
-              f"{MODEL} preempts {{{{ $value | printf \"%.3g\" }}}} running requests per second (KV cache "
+              f"{model} preempts {{{{ $value | printf \"%.3g\" }}}} running requests per second (KV cache "
               "exhausted): their work is recomputed, so those requests slow down and the engine does less."),
         Alert("EngineWaitingRequestsGrowing",
-              f"deriv({WAITING}[{spec.prometheus.rate_window}]) > 0\nand on ({EV})\n"
+              f"deriv({WAITING}[{spec.prometheus.rate_window}]) > 0\nand on ({ev})\n"
               f"{WAITING} >= {num(e.min_waiting_requests)}", e.waiting_growth_for, "warning",
-              f"The queue of {MODEL} grows by {{{{ $value | printf \"%.3g\" }}}} waiting requests per second "
+              f"The queue of {model} grows by {{{{ $value | printf \"%.3g\" }}}} waiting requests per second "
               "and has grown for longer than the rate window: the engine is saturated, arrivals outpace it."),
         Alert("EngineKvCacheFillPredicted",
-              f"{KV_PREDICTED} >= 1\nand on ({EV})\n{KV_USED} < {num(e.kv_cache_warning_ratio)}", e.for_,
+              f"{KV_PREDICTED} >= 1\nand on ({ev})\n{KV_USED} < {num(e.kv_cache_warning_ratio)}", e.for_,
               "warning",
-              f"At its growth over the last {lookback(spec)} the KV cache of {MODEL} is full within "
+              f"At its growth over the last {lookback(spec)} the KV cache of {model} is full within "
               f"{e.fill_horizon} (predicted {{{{ $value | humanizePercentage }}}}): requests will start to wait."),
         Alert("EngineGpuMemoryFillPredicted",
               f"{GPU_MEMORY_PREDICTED} >= 1\nand\n{MEMORY_RATIO} < {num(spec.layers.L1.memory_used_warning_ratio)}",
               e.for_, "warning",
               f"At its growth over the last {lookback(spec)} the framebuffer of GPU {{{{ $labels.gpu }}}} "
-              f"({{{{ $labels.UUID }}}}) on engine node {{{{ $labels.node }}}} is full within {e.fill_horizon} "
+              f"({{{{ $labels.UUID }}}}) on engine node {{{{ {gpu_node_arg} }}}} is full within {e.fill_horizon} "
               "(predicted {{ $value | humanizePercentage }}): the engine on it will fail allocations."),
     ]
 
@@ -204,5 +233,5 @@ def groups(spec: Spec) -> list[Group]:
     e = spec.layers.L2.engine
     return [Group("inferwatch-engine.rules",
                   recording_rules(spec.selectors.of("engine"), str(window), int(e.fill_horizon.seconds),
-                                  str(lookback(spec)))),
+                                  str(lookback(spec)), identity_of(spec), spec.identity.gpu.node)),
             Group("inferwatch-engine.alerts", alerts(spec))]

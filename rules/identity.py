@@ -27,6 +27,8 @@ docs/alerts.md ("What one alert means") lists, per alert, the identity it gets f
 
 from __future__ import annotations
 
+import dataclasses
+
 from inferwatch.selectors import Selector
 
 # --------------------------------------------------------------------------------------------------- GPUs
@@ -48,6 +50,51 @@ TRITON: tuple[str, ...] = ("node", "triton", TRITON_REPLICA)
 # The server without `node`: joins with the collector, whose series of one replica carry the collector's node
 # only where the scrape configuration relabels it.
 TRITON_SERVER: tuple[str, ...] = ("triton", TRITON_REPLICA)
+# The labels the Triton collector writes on its own series (exporters/triton/families.py), whatever the spec.
+COLLECTOR_SERVER, COLLECTOR_REPLICA, COLLECTOR_NODE = "triton", "pod", "node"
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonLabels:
+    """The spec's identity labels of a Triton server (spec `identity.triton`): `server`, `replica`, `node`.
+    Defaults are `triton`, `pod`, `node`, so every expression reads exactly as with the constants above."""
+
+    server: str = COLLECTOR_SERVER
+    replica: str = COLLECTOR_REPLICA
+    node: str = COLLECTOR_NODE
+
+    @classmethod
+    def of(cls, spec) -> "TritonLabels":
+        ident = spec.identity.triton
+        return cls(ident.server, ident.replica, ident.node)
+
+    @property
+    def ident(self) -> tuple[str, ...]:
+        """One replica: (node, server, replica), the order of TRITON."""
+        return (self.node, self.server, self.replica)
+
+    @property
+    def server_ident(self) -> tuple[str, ...]:
+        """One replica without its node (TRITON_SERVER): what the collector's series share with Triton's."""
+        return (self.server, self.replica)
+
+    @property
+    def model_version(self) -> tuple[str, ...]:
+        return self.ident + ("model", "version")
+
+    def from_collector(self, expr: str) -> str:
+        """`expr` (collector series) with the collector's `triton`/`pod`/`node` labels copied to the spec's
+        names, so it joins with Triton's own series; `expr` unchanged with the default names. The copy
+        keeps the collector's label too (an alert on it carries both)."""
+        for theirs, ours in ((COLLECTOR_SERVER, self.server), (COLLECTOR_REPLICA, self.replica),
+                             (COLLECTOR_NODE, self.node)):
+            if theirs != ours:
+                expr = f'label_replace({expr}, "{ours}", "$1", "{theirs}", "(.*)")'
+        return expr
+
+    @property
+    def default(self) -> bool:
+        return (self.server, self.replica, self.node) == (COLLECTOR_SERVER, COLLECTOR_REPLICA, COLLECTOR_NODE)
 
 
 def by(labels: tuple[str, ...]) -> str:

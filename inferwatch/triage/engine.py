@@ -25,6 +25,7 @@ from inferwatch.triage.condition import ConditionError, missing_names
 from inferwatch.triage.condition import judge as judge_condition
 from inferwatch.triage.estimates import bucket_of, split_quantile
 from inferwatch.triage.evidence import Runbook
+from inferwatch.triage.identity import with_identity
 from inferwatch.triage.scope import scoped
 from inferwatch.triage.share import ExactShare, compared_with, exact_share, quantile_of, share_text
 from inferwatch.triage.sources import PrometheusSource, QueryResult
@@ -267,7 +268,7 @@ def triage_alert(alert: str, labels: Mapping[str, str], runbook: Runbook | None,
         stale = [states[s] for s in sources_read([query.expr], data_only=True) if s in states and states[s].stale]
         if stale:
             return Evidence(QueryResult(query.name, query.expr), query.unit, query.help, skipped=stale[0].reason)
-        expr = scoped(query.expr, labels, params, cluster_label=spec.cluster.label)
+        expr = scoped(*with_identity(query.expr, labels, spec), params, cluster_label=spec.cluster.label)
         evidence = Evidence(source.query(query.name, expr), query.unit, query.help)
         quantile = split_quantile(expr)
         if quantile is not None and evidence.result.value is not None:

@@ -92,12 +92,14 @@ def check_sources(source: PrometheusSource, names: list[str], labels: Mapping[st
     source's freshness unknown (not stale): the evidence queries then report their own errors."""
     out = {}
     for name in names:
-        node = labels.get("node") if name in NODE_LOCAL else None
+        # The source's node label as the spec names it (spec `identity`): the GPU source's, or Triton's.
+        node_name = spec.identity.gpu.node if name == "gpu" else spec.identity.triton.node
+        node = labels.get(node_name) if name in NODE_LOCAL else None
         if name in NODE_LOCAL and not node:
             # An alert without a node (an L3 alert on a model) reads the servers of every node; one node's
             # exporter down says nothing about the others', so freshness stays unknown here.
             continue
-        scope = ', node=~"{{ $labels.node }}"' if node else ""
+        scope = f', {node_name}=~"{{{{ $labels.{node_name} }}}}"' if node else ""
         up_sel = f"up{{${name}_selector{scope}}}"
         up = source.query(f"{name}_up", scoped(f"max({up_sel})", labels, params, spec.cluster.label))
         # The instant `up`'s own timestamp where Prometheus still returns it; beyond its 5-minute lookback a
