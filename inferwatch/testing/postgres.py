@@ -95,9 +95,10 @@ class PostgresServer:
 
 
 def start_postgres(workdir: Path, *, port: int | None = None, timeout: float = 60.0,
-                   name: str = "postgres") -> PostgresServer:
+                   name: str = "postgres", fsync: bool = False) -> PostgresServer:
     """initdb a cluster in a fresh temporary folder (removed by stop()) and start it on a free loopback port;
-    ready when a password login succeeds. Raises StackError (install hint, or the server's last log lines) on
+    ready when a password login succeeds. `fsync`: commits flushed to disk (benchmarks: a durable commit's
+    cost); off for tests, which lose no power. Raises StackError (install hint, or the server's last log lines) on
     failure."""
     bindir = find_bin_dir()
     workdir = Path(workdir)
@@ -130,9 +131,9 @@ def start_postgres(workdir: Path, *, port: int | None = None, timeout: float = 6
     port = port or free_port()
     argv = [str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
             "-c", f"unix_socket_directories={sockets}",
-            # Tests lose no power: fsync off keeps them fast on a busy machine; commits still wait for the WAL
-            # write, and a fast restart keeps every commit.
-            "-c", "fsync=off", "-c", "max_connections=200"]
+            # fsync off keeps tests fast on a busy machine; commits still wait for the WAL write, and a fast
+            # restart keeps every commit.
+            "-c", f"fsync={'on' if fsync else 'off'}", "-c", "max_connections=200"]
     server = PostgresServer(ManagedProcess(name, argv, workdir / f"{name}.log", ready=lambda: False, user=run_as),
                             port, password, home)
     server.process._ready = server.ready
