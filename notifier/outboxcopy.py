@@ -15,6 +15,11 @@ import sqlite3
 from pathlib import Path
 
 from inferwatch.notifier.outbox import Delivery
+from inferwatch.notifier.pgoutbox import pg_text
+
+
+def _text(value):
+    return pg_text(value) if isinstance(value, str) else value
 
 
 @dataclasses.dataclass
@@ -55,7 +60,7 @@ def copy_sqlite_to_postgres(sqlite_path: Path, outbox) -> CopyReport:
             report.messages += 1
             for d in deliveries.get(m["id"], []):
                 db.execute(f"INSERT INTO deliveries(message_id, {', '.join(columns)}) VALUES "
-                           f"(%s, {', '.join(['%s'] * len(columns))})", (mid, *(d[c] for c in columns)))
+                           f"(%s, {', '.join(['%s'] * len(columns))})", (mid, *(_text(d[c]) for c in columns)))
                 report.deliveries += 1
         for r in intake:
             report.intake += db.execute("INSERT INTO intake(key, received_at) VALUES (%s, %s) ON CONFLICT (key) "
@@ -65,7 +70,7 @@ def copy_sqlite_to_postgres(sqlite_path: Path, outbox) -> CopyReport:
                 "INSERT INTO resolutions(group_key, fingerprint, ends_at, received_at) VALUES (%s,%s,%s,%s) "
                 "ON CONFLICT (group_key, fingerprint) DO UPDATE SET ends_at=GREATEST(resolutions.ends_at, "
                 "EXCLUDED.ends_at), received_at=GREATEST(resolutions.received_at, EXCLUDED.received_at)",
-                (r["group_key"], r["fingerprint"], r["ends_at"], r["received_at"])).rowcount
+                (pg_text(r["group_key"]), pg_text(r["fingerprint"]), r["ends_at"], r["received_at"])).rowcount
 
     outbox._write("intake", write)
     return report

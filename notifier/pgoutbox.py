@@ -302,9 +302,10 @@ class PostgresOutbox:
 
     def _accept_in(self, db, message: WebhookMessage, planned: list[Planned], now: float) -> tuple[bool, list[int]]:
         key = message.delivery_key()
+        group = pg_text(message.group_key)
         # One group's webhooks one at a time, across replicas: the stale check below and the escalation
         # bookkeeping then see every earlier webhook of the group committed.
-        db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (message.group_key,))
+        db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (group,))
         fresh = db.execute("INSERT INTO intake(key, received_at) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET "
                            "received_at=EXCLUDED.received_at WHERE intake.received_at < %s RETURNING key",
                            (key, now, now - self.dedup_window_s)).fetchone()
@@ -315,8 +316,8 @@ class PostgresOutbox:
         if message.status == "firing" and message.firing:
             resolved = {r["fingerprint"]: r["ends_at"] for r in db.execute(
                 "SELECT fingerprint, ends_at FROM resolutions WHERE group_key=%s AND received_at>=%s AND "
-                "fingerprint = ANY(%s)", (message.group_key, now - self.dedup_window_s,
-                                          [a.fingerprint for a in message.firing])).fetchall()}
+                "fingerprint = ANY(%s)", (group, now - self.dedup_window_s,
+                                          [pg_text(a.fingerprint) for a in message.firing])).fetchall()}
             if stale(message, resolved):
                 return True, []  # kept (auditable, its copies deduplicated), not delivered
         ids = []
@@ -324,13 +325,13 @@ class PostgresOutbox:
             if p.kind == "escalation" and db.execute(
                     "SELECT 1 FROM deliveries WHERE group_key=%s AND channel=%s AND kind='escalation' AND "
                     "(state='pending' OR (state='delivered' AND status='firing' AND last_reason!='resolved'))",
-                    (message.group_key, p.channel)).fetchone():
+                    (group, pg_text(p.channel))).fetchone():
                 continue
             ids.append(self._insert(db, mid, p, message, now))
         if message.status == "resolved":
             ids += self._resolve_escalations(db, mid, message, now)
         ended = [(a.fingerprint, parse_time(a.ends_at)) for a in message.resolved]
-        rows = [(message.group_key, fp, end, now) for fp, end in ended if fp and end is not None]
+        rows = [(group, pg_text(fp), end, now) for fp, end in ended if fp and end is not None]
         if rows:
             with db.cursor() as cur:
                 cur.executemany("INSERT INTO resolutions(group_key, fingerprint, ends_at, received_at) VALUES "
@@ -346,30 +347,32 @@ class PostgresOutbox:
     @staticmethod
     def _insert(db, mid: int, p: Planned, message: WebhookMessage, now: float) -> int:
         alerts = min(message.alert_count(), SQLITE_INT_MAX)
+        group, channel = pg_text(message.group_key), pg_text(p.channel)
         if p.dead_reason:
             return db.execute(
                 "INSERT INTO deliveries(message_id, channel, kind, group_key, status, route, alerts, state, "
                 "created_at, next_attempt_at, finished_at, last_reason, last_error) "
                 "VALUES (%s,%s,%s,%s,%s,%s,%s,'dead',%s,%s,%s,%s,%s) RETURNING id",
-                (mid, p.channel, p.kind, message.group_key, message.status, p.route, alerts, now, now, now,
+                (mid, channel, p.kind, group, message.status, p.route, alerts, now, now, now,
                  p.dead_reason, "no route matched and no channel can take it (set notifier.unrouted_receivers)")
             ).fetchone()["id"]
         at = max(now, p.not_before)
         return db.execute(
             "INSERT INTO deliveries(message_id, channel, kind, group_key, status, route, alerts, created_at, "
             "next_attempt_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id",
-            (mid, p.channel, p.kind, message.group_key, message.status, p.route, alerts, at, at)).fetchone()["id"]
+            (mid, channel, p.kind, group, message.status, p.route, alerts, at, at)).fetchone()["id"]
 
     def _resolve_escalations(self, db, mid: int, message: WebhookMessage, now: float) -> list[int]:
         """As Outbox._resolve_escalations (see there why already-due escalations get a resolve too)."""
+        group = pg_text(message.group_key)
         paged = db.execute("SELECT DISTINCT channel, route FROM deliveries WHERE group_key=%s AND kind='escalation' "
                            "AND ((state='delivered' AND status='firing' AND last_reason!='resolved') OR "
-                           "(state='pending' AND next_attempt_at<=%s))", (message.group_key, now)).fetchall()
+                           "(state='pending' AND next_attempt_at<=%s))", (group, now)).fetchall()
         db.execute("UPDATE deliveries SET state='cancelled', finished_at=%s, last_reason='resolved', lease_owner=NULL "
-                   "WHERE group_key=%s AND kind='escalation' AND state='pending'", (now, message.group_key))
+                   "WHERE group_key=%s AND kind='escalation' AND state='pending'", (now, group))
         ids = [self._insert(db, mid, Planned(r["channel"], "escalation", r["route"], now), message, now) for r in paged]
         db.execute("UPDATE deliveries SET last_reason='resolved' WHERE group_key=%s AND kind='escalation' AND "
-                   "state='delivered' AND status='firing' AND last_reason!='resolved'", (message.group_key,))
+                   "state='delivered' AND status='firing' AND last_reason!='resolved'", (group,))
         return ids
 
     # ---------------------------------------------------------------------------------- what it saw
@@ -383,7 +386,7 @@ class PostgresOutbox:
         now = time.time() if now is None else now
         rows = self._read(lambda db: db.execute(
             "SELECT fingerprint, ends_at FROM resolutions WHERE group_key=%s AND received_at>=%s",
-            (group_key, now - self.dedup_window_s)).fetchall())
+            (pg_text(group_key), now - self.dedup_window_s)).fetchall())
         return {r["fingerprint"]: r["ends_at"] for r in rows}
 
     # --------------------------------------------------------------------------------------- worker
@@ -433,18 +436,18 @@ class PostgresOutbox:
         def write(db):
             with db.cursor() as cur:
                 for o in outcomes:
-                    error = redact(o.error)
+                    error, reason = pg_text(redact(o.error)), pg_text(o.reason)
                     if o.state == "pending":
                         cur.executemany("UPDATE deliveries SET attempts=attempts+1, next_attempt_at=%s, "
                                         "last_reason=%s, last_error=%s, lease_owner=NULL, lease_until=NULL "
                                         "WHERE id=%s AND state='pending'",
-                                        [(at, o.reason, error, i) for i, at in o.schedule])
+                                        [(at, reason, error, i) for i, at in o.schedule])
                         continue
                     tried = 0 if o.state in ("superseded", "cancelled") else 1
                     cur.executemany("UPDATE deliveries SET state=%s, finished_at=%s, attempts=attempts+%s, "
                                     "last_reason=%s, last_error=%s, lease_owner=NULL, lease_until=NULL "
                                     "WHERE id=%s AND state='pending'",
-                                    [(o.state, o.at, tried, o.reason, error, i) for i in o.ids])
+                                    [(o.state, o.at, tried, reason, error, i) for i in o.ids])
                     if o.state == "delivered":
                         cur.executemany("UPDATE deliveries SET state='delivered', finished_at=%s, "
                                         "attempts=attempts+1 WHERE id=%s AND state='cancelled' AND "
@@ -576,6 +579,13 @@ class SharedRateLimiter:
         self.outbox._write("record", lambda db: db.execute(
             "INSERT INTO rate_blocks(channel, until) VALUES (%s, %s) ON CONFLICT (channel) DO UPDATE SET "
             "until=GREATEST(rate_blocks.until, EXCLUDED.until)", (self.channel, now + seconds)))
+
+
+def pg_text(value: str) -> str:
+    """`value` as PostgreSQL can store it in a text column: a NUL (0x00), which PostgreSQL refuses in text and
+    a webhook may hold (a label value, a group key) or a provider's answer, becomes U+FFFD. The webhook body is
+    stored as JSON, where NUL is escaped, so the message itself keeps it."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
 
 
 def _one_line(exc: BaseException) -> str:

@@ -110,6 +110,19 @@ def test_backlog_counts_pending_and_due_rows(outbox):
     assert outbox.next_due("oncall-slack") == NOW
 
 
+def test_a_nul_in_a_group_key_label_or_error_is_stored_and_the_outbox_stays_writable(outbox):
+    body = webhook(group="{}:{job=\"a\x00b\"}", extra={"pod": "p\x00"})
+    body["alerts"][0]["startsAt"] = "2026-01-01T00:00:00.000Z"
+    nul = parse_webhook(json.dumps(body).encode())
+    accepted, ids = outbox.accept(nul, planned(), NOW)
+    assert accepted and outbox.writable
+    (row,) = outbox.due("oncall-slack", NOW)
+    assert outbox.messages([row.message_id])[row.message_id].group_key == nul.group_key  # the body keeps it
+    outbox.record([Outcome.retry([(ids[0], NOW + 1)], "provider_error", "answer: bad\x00byte")])
+    assert outbox.writable and outbox.get(ids[0]).attempts == 1
+    assert outbox.accept(nul, planned(), NOW + 2)[0] is False  # its copy is still recognised
+
+
 def test_a_probe_writes_and_keeps_the_outbox_writable(outbox):
     assert outbox.probe(1024) is True and outbox.writable and outbox.write_error is None
 
