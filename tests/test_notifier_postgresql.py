@@ -120,3 +120,17 @@ def test_outbox_list_and_copy_work_on_the_shared_database(sims, pg_database, tmp
     listing = capsys.readouterr().out
     assert "dead" in listing and "PgCopied" in listing and "totals: pending 0, delivered 0, dead 1" in listing
     assert pg_database[1] not in listing
+
+
+def test_the_kubernetes_notifier_reads_the_postgresql_password_from_its_secret():
+    from inferwatch.kubernetes import generate as kgen
+
+    spec = spec_from_dict({"notifier": {"outbox": {"url": "postgresql://notifier@db.example:5432/inferwatch",
+                                                   "password": "${NOTIFIER_PG_PASSWORD}"}}})
+    assert "NOTIFIER_PG_PASSWORD" in kgen.required_secrets(spec)["inferwatch-notifier"]
+    (workload,) = [d for d in kgen.documents(spec)["notifier.yaml"] if d["kind"] in ("Deployment", "StatefulSet")]
+    env = {e["name"]: e for e in workload["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["NOTIFIER_PG_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "inferwatch-notifier",
+                                                                        "key": "NOTIFIER_PG_PASSWORD"}
+    in_cluster = yaml.safe_load(kgen.spec_text(spec))
+    assert in_cluster["notifier"]["outbox"]["url"] == "postgresql://notifier@db.example:5432/inferwatch"
