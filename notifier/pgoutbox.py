@@ -135,7 +135,11 @@ class PostgresOutbox:
         try:
             self.migrate()
         except psycopg.Error as exc:
+            self.close_all()
             raise UsageError(f"cannot use the PostgreSQL outbox {self.path}: {_one_line(exc)}") from None
+        except BaseException:  # a newer schema (UsageError): a refused start holds no connection
+            self.close_all()
+            raise
 
     # ---------------------------------------------------------------------------------- schema
     def migrate(self) -> int:
