@@ -146,3 +146,25 @@ def test_replicas_ask_each_other_only_without_a_shared_outbox(sims, pg_database,
         assert (svc.peers is not None) is asks_peers
     finally:
         svc.outbox.close_all()
+
+
+def test_two_replicas_together_keep_a_destinations_rate_limit(sims, pg_database, tmp_path):
+    sims.set_mode("ok")
+    data = pg_spec_data(sims, pg_database[0])
+    data["channels"]["llm-wecom"].update(rate_limit=2, rate_window="4s")  # one message per 2 s, all replicas
+    spec = spec_from_dict(data)
+    services = [NotifierService(spec, tmp_path / f"data-{i}", port=0).start() for i in range(2)]
+    try:
+        before = len(sims.wecom.received)
+        for i in range(4):  # four groups, posted to both replicas in turn
+            assert post(services[i % 2].url, webhook(f"PgRate{i}", "L3", group=f"rate-{i}")).status_code == 200
+        wait_for(lambda: services[0].outbox.counts()["pending"] == 0, timeout=40, what="every group delivered")
+        times = sorted(r.at for r in sims.wecom.received[before:])
+        assert all("PgRate" in r.text for r in sims.wecom.received[before:])
+        assert 2 <= len(times) <= 4
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        # Started 2 s apart across both replicas; received times also carry each send's own latency.
+        assert min(gaps) >= 1.5, times
+    finally:
+        for svc in services:
+            svc.stop()
