@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-APT_PACKAGES := prometheus prometheus-alertmanager docker-compose victoria-metrics
+APT_PACKAGES := prometheus prometheus-alertmanager docker-compose victoria-metrics postgresql
 PYTEST_ARGS ?=
 ARGS ?=
 SEED ?=
@@ -25,6 +25,7 @@ $(STAMP): pyproject.toml
 SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose victoria-metrics vmagent vmalert
 system-deps:
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then \
 	    echo "missing:$$missing; install as root: apt-get install -y $(APT_PACKAGES)" >&2; exit 1; \

@@ -20,8 +20,13 @@ pipeline is measured, not the providers' quotas) and this client (aiohttp, async
 Prints figures, then a final JSON line with the budget (ingest ≥ 500/s, p99 ≤ 1 s at 500/s) and the ratios
 ingest_per_s / disk_commits_per_s and webhooks per intake commit (from the notifier's own metrics).
 
+With `--outbox postgresql` the same two phases run again, in the same run, against `--replicas` notifiers
+(default 2) sharing one PostgreSQL outbox (Debian's PostgreSQL started for the run, inferwatch/testing/
+postgres.py), the clients spread over them: a 200 then means committed in the shared database. Its figures
+are the JSON line's `postgresql` object, beside the SQLite ones.
+
 Run: .venv/bin/python benchmarks/notifier.py [--ingest 4000] [--clients 16] [--rate 500] [--duration 20]
-     [--send-processes N]
+     [--send-processes N] [--outbox postgresql [--replicas 2]]
 """
 
 from __future__ import annotations
@@ -132,11 +137,12 @@ def notifier_spec(urls: dict, send_processes: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ clients
-async def ingest(url: str, bodies: list[bytes], clients: int) -> tuple[int, float]:
+async def ingest(urls: list[str], bodies: list[bytes], clients: int) -> tuple[int, float]:
+    """POST `bodies` from `clients` concurrent clients, client i to replica i mod len(urls)."""
     queue = list(reversed(bodies))
     ok = 0
 
-    async def client(session):
+    async def client(session, url):
         nonlocal ok
         while queue:
             body = queue.pop()
@@ -146,13 +152,13 @@ async def ingest(url: str, bodies: list[bytes], clients: int) -> tuple[int, floa
 
     t0 = time.perf_counter()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as session:
-        await asyncio.gather(*(client(session) for _ in range(clients)))
+        await asyncio.gather(*(client(session, urls[i % len(urls)]) for i in range(clients)))
     return ok, time.perf_counter() - t0
 
 
-async def sustained(url: str, rate: float, duration: float) -> tuple[dict[str, float], list[float], int, float]:
-    """POST one webhook every 1/rate seconds (open loop); returns (sent time per name, POST latencies, ok,
-    achieved rate)."""
+async def sustained(urls: list[str], rate: float, duration: float) -> tuple[dict[str, float], list[float], int, float]:
+    """POST one webhook every 1/rate seconds (open loop), round robin over the replicas `urls`; returns (sent
+    time per name, POST latencies, ok, achieved rate)."""
     n = int(rate * duration)
     sent: dict[str, float] = {}
     post_ms: list[float] = []
@@ -164,7 +170,7 @@ async def sustained(url: str, rate: float, duration: float) -> tuple[dict[str, f
         body = json.dumps(webhook(name, LAYERS[i % 3], group=f"d-{i}")).encode()
         t = time.perf_counter()
         sent[f"d-{i}"] = time.time()
-        async with session.post(url, data=body, headers=HEADERS) as r:
+        async with session.post(urls[i % len(urls)], data=body, headers=HEADERS) as r:
             await r.read()
             ok += r.status == 200
         post_ms.append((time.perf_counter() - t) * 1000)
@@ -184,14 +190,21 @@ async def sustained(url: str, rate: float, duration: float) -> tuple[dict[str, f
 HEADERS = {**AUTH, "Content-Type": "application/json"}
 
 
-def _delivered(outbox: Path, sent: dict[str, float]) -> dict[str, float] | None:
-    """group key -> when its delivery was accepted by the provider, once every sent group is delivered."""
-    db = sqlite3.connect(f"file:{outbox}?mode=ro", uri=True, timeout=30)
-    try:
-        rows = db.execute("SELECT group_key, finished_at FROM deliveries WHERE state='delivered' AND "
-                          "group_key LIKE 'd-%'").fetchall()
-    finally:
-        db.close()
+def _delivered(outbox: Path | tuple[str, str], sent: dict[str, float]) -> dict[str, float] | None:
+    """group key -> when its delivery was accepted by the provider, once every sent group is delivered.
+    `outbox`: the SQLite file, or (URL, password) of the PostgreSQL outbox."""
+    query = "SELECT group_key, finished_at FROM deliveries WHERE state='delivered' AND group_key LIKE 'd-%'"
+    if isinstance(outbox, tuple):
+        import psycopg
+
+        with psycopg.connect(outbox[0], password=outbox[1], autocommit=True) as conn:
+            rows = conn.execute(query).fetchall()
+    else:
+        db = sqlite3.connect(f"file:{outbox}?mode=ro", uri=True, timeout=30)
+        try:
+            rows = db.execute(query).fetchall()
+        finally:
+            db.close()
     got = {g: t for g, t in rows if g in sent}
     return got if len(got) == len(sent) else None
 
@@ -225,76 +238,83 @@ def scrape(url: str, name: str) -> float:
     return float("nan")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ingest", type=int, default=4000, help="webhooks in the ingest phase (default 4000)")
-    ap.add_argument("--clients", type=int, default=16, help="concurrent clients in the ingest phase (default 16)")
-    ap.add_argument("--rate", type=float, default=500.0, help="webhooks/s in the sustained phase (default 500)")
-    ap.add_argument("--duration", type=float, default=20.0, help="seconds of the sustained phase (default 20)")
-    ap.add_argument("--send-processes", type=int, default=os.cpu_count() or 1,
-                    help="notifier.send_processes (default: the CPU count, the setting for storms; 0 = threads)")
-    args = ap.parse_args()
+def run_backend(args, sims: Simulators, tmp: Path, backend: str, disk: float, postgres=None) -> dict:
+    """Both phases against `backend`: one notifier on SQLite, or `--replicas` notifiers on one PostgreSQL
+    database (`postgres`, a testing.postgres server), the clients spread over them. Returns the figures."""
+    from inferwatch.testing.process import free_port, http_ok
 
-    sims = Simulators()
-    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
-        tmp = Path(tmp)
-        disk = disk_commits_per_s(tmp)
-        print(f"disk: {disk:.0f} SQLite WAL synchronous=FULL commits/s (one row each) in {tmp}")
-        spec_file = tmp / "spec.yaml"
-        spec_file.write_text(yaml.safe_dump(notifier_spec(sims.urls, args.send_processes)))
-        from inferwatch.testing.process import free_port, http_ok
+    data = notifier_spec(sims.urls, args.send_processes)
+    env = dict(os.environ)
+    replicas = 1
+    outbox: Path | tuple[str, str] = tmp / f"data-{backend}-0" / "outbox.sqlite3"
+    if backend == "postgresql":
+        replicas = args.replicas
+        db_url = postgres.create_database(f"bench_{int(time.time())}")
+        data["notifier"]["outbox"] = {"url": db_url, "password": "${INFERWATCH_BENCH_PGPASSWORD}"}
+        env["INFERWATCH_BENCH_PGPASSWORD"] = postgres.password
+        outbox = (db_url, postgres.password)
+    spec_file = tmp / f"spec-{backend}.yaml"
+    spec_file.write_text(yaml.safe_dump(data))
+    ports = [free_port() for _ in range(replicas)]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    procs = []
+    for i, port in enumerate(ports):
+        log = open(tmp / f"notifier-{backend}-{i}.log", "wb")
+        procs.append(subprocess.Popen([sys.executable, "-m", "inferwatch.cli", "notifier", "--spec", str(spec_file),
+                                       "--port", str(port), "--data-dir", str(tmp / f"data-{backend}-{i}")],
+                                      stdout=subprocess.DEVNULL, stderr=log, env=env))
+    try:
+        for url, proc in zip(urls, procs, strict=True):
+            wait_for(lambda url=url, proc=proc: http_ok(url + "/-/ready") or proc.poll() is not None,
+                     what="notifier start")
+        alerts = [u + "/alerts" for u in urls]
 
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        log = open(tmp / "notifier.log", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "inferwatch.cli", "notifier", "--spec", str(spec_file),
-                                 "--port", str(port), "--data-dir", str(tmp / "data")],
-                                stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            wait_for(lambda: http_ok(url + "/-/ready") or proc.poll() is not None, what="notifier start")
-            # ---- 1. ingest
-            bodies = [json.dumps(webhook(f"BenchIngest{i}", LAYERS[i % 3], group=f"ingest-{i}")).encode()
-                      for i in range(args.ingest)]
-            commits0 = scrape(url, "inferwatch_notifier_intake_commits_total")
-            cpu0 = cpu_seconds(proc.pid)
-            ok, wall = asyncio.run(ingest(url + "/alerts", bodies, args.clients))
-            ingest_cpu_ms = (cpu_seconds(proc.pid) - cpu0) * 1000 / max(ok, 1)
-            commits = scrape(url, "inferwatch_notifier_intake_commits_total") - commits0
-            ingest_per_s = ok / wall
-            print(f"ingest: {ok}/{len(bodies)} accepted in {wall:.2f}s = {ingest_per_s:.0f} webhooks/s "
-                  f"({args.clients} clients), {ok / max(commits, 1):.1f} webhooks per fsynced commit; "
-                  f"{ingest_per_s / disk:.2f}x the disk's commit rate; notifier CPU {ingest_cpu_ms:.2f} ms per "
-                  f"webhook (deliveries running alongside)")
-            wait_for(lambda: scrape(url, "inferwatch_notifier_outbox_depth") == 0, timeout=300,
-                     what="the ingest backlog to drain")
-            # ---- 2. sustained
-            messages0 = sims.messages()
-            cpu0 = cpu_seconds(proc.pid)
-            sent, post_ms, sustained_ok, achieved = asyncio.run(sustained(url + "/alerts", args.rate, args.duration))
-            outbox = tmp / "data" / "outbox.sqlite3"
-            got = wait_for(lambda: _delivered(outbox, sent), timeout=180, what="every sustained delivery")
-            sustained_cpu_ms = (cpu_seconds(proc.pid) - cpu0) * 1000 / len(sent)
-            messages = sims.messages() - messages0
-            lat_ms = sorted((got[g] - sent[g]) * 1000 for g in got)
-            p50, p99 = statistics.median(lat_ms), percentile(lat_ms, 0.99)
-            by_channel = {ch: percentile([(got[g] - sent[g]) * 1000 for g in got if int(g[2:]) % 3 == i], 0.99)
-                          for i, ch in enumerate(("pagerduty", "slack", "wecom"))}
-            print(f"sustained: {sustained_ok}/{len(sent)} accepted at {achieved:.0f} webhooks/s for "
-                  f"{args.duration:.0f}s (POST p50 {statistics.median(post_ms):.1f} ms, p99 "
-                  f"{percentile(post_ms, 0.99):.1f} ms); delivered {len(got)}/{len(sent)} in {messages} provider "
-                  f"messages: intake → channel p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat_ms[-1]:.1f} ms; "
-                  f"notifier CPU {sustained_cpu_ms:.2f} ms per webhook, intake and delivery; p99 by channel "
-                  + ", ".join(f"{ch} {v:.0f} ms" for ch, v in by_channel.items()))
-        finally:
+        def commits_total() -> float:
+            return sum(scrape(u, "inferwatch_notifier_intake_commits_total") for u in urls)
+
+        def cpu() -> float:
+            return sum(cpu_seconds(p.pid) for p in procs)
+
+        # ---- 1. ingest
+        bodies = [json.dumps(webhook(f"BenchIngest{i}", LAYERS[i % 3], group=f"ingest-{i}")).encode()
+                  for i in range(args.ingest)]
+        commits0, cpu0 = commits_total(), cpu()
+        ok, wall = asyncio.run(ingest(alerts, bodies, args.clients))
+        ingest_cpu_ms = (cpu() - cpu0) * 1000 / max(ok, 1)
+        commits = commits_total() - commits0
+        ingest_per_s = ok / wall
+        print(f"{backend} ingest: {ok}/{len(bodies)} accepted in {wall:.2f}s = {ingest_per_s:.0f} webhooks/s "
+              f"({args.clients} clients, {replicas} notifier(s)), each committed before its 2xx; "
+              f"{ok / max(commits, 1):.1f} webhooks per commit; notifier CPU {ingest_cpu_ms:.2f} ms per webhook")
+        wait_for(lambda: all(scrape(u, "inferwatch_notifier_outbox_depth") == 0 for u in urls), timeout=300,
+                 what="the ingest backlog to drain")
+        # ---- 2. sustained
+        messages0, cpu0 = sims.messages(), cpu()
+        sent, post_ms, sustained_ok, achieved = asyncio.run(sustained(alerts, args.rate, args.duration))
+        got = wait_for(lambda: _delivered(outbox, sent), timeout=180, what="every sustained delivery")
+        sustained_cpu_ms = (cpu() - cpu0) * 1000 / len(sent)
+        messages = sims.messages() - messages0
+        lat_ms = sorted((got[g] - sent[g]) * 1000 for g in got)
+        p50, p99 = statistics.median(lat_ms), percentile(lat_ms, 0.99)
+        by_channel = {ch: percentile([(got[g] - sent[g]) * 1000 for g in got if int(g[2:]) % 3 == i], 0.99)
+                      for i, ch in enumerate(("pagerduty", "slack", "wecom"))}
+        print(f"{backend} sustained: {sustained_ok}/{len(sent)} accepted at {achieved:.0f} webhooks/s for "
+              f"{args.duration:.0f}s (POST p50 {statistics.median(post_ms):.1f} ms, p99 "
+              f"{percentile(post_ms, 0.99):.1f} ms); delivered {len(got)}/{len(sent)} in {messages} provider "
+              f"messages: intake → channel p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat_ms[-1]:.1f} ms; "
+              f"notifier CPU {sustained_cpu_ms:.2f} ms per webhook, intake and delivery; p99 by channel "
+              + ", ".join(f"{ch} {v:.0f} ms" for ch, v in by_channel.items()))
+    finally:
+        for proc in procs:
             proc.terminate()
+        for proc in procs:
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 proc.kill()
-            sims.stop()
     result = {
-        "machine": f"{os.cpu_count()} CPUs", "send_processes": args.send_processes, "disk_commits_per_s": round(disk),
-        "ingest_per_s": round(ingest_per_s, 1), "ingest_vs_disk_commits": round(ingest_per_s / disk, 2),
+        "replicas": replicas, "ingest_per_s": round(ingest_per_s, 1),
+        "ingest_vs_disk_commits": round(ingest_per_s / disk, 2),
         "webhooks_per_commit": round(ok / max(commits, 1), 1),
         "ingest_cpu_ms_per_webhook": round(ingest_cpu_ms, 2),
         "sustained_cpu_ms_per_webhook": round(sustained_cpu_ms, 2),
@@ -303,12 +323,54 @@ def main() -> int:
         "deliver_p50_ms": round(p50, 1), "deliver_p99_ms": round(p99, 1),
         "deliver_p99_ms_by_channel": {ch: round(v, 1) for ch, v in by_channel.items()},
         "post_p99_ms": round(percentile(post_ms, 0.99), 1),
-        "budget": {"ingest_per_s": INGEST_BUDGET_PER_S, "deliver_p99_ms_at_500_per_s": P99_BUDGET_MS},
     }
     result["within_budget"] = bool(ingest_per_s >= INGEST_BUDGET_PER_S and p99 <= P99_BUDGET_MS
                                    and len(got) == len(sent) and args.rate >= 500)
+    result["_complete"] = ok == len(bodies) and sustained_ok == len(sent) and len(got) == len(sent)
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ingest", type=int, default=4000, help="webhooks in the ingest phase (default 4000)")
+    ap.add_argument("--clients", type=int, default=16, help="concurrent clients in the ingest phase (default 16)")
+    ap.add_argument("--rate", type=float, default=500.0, help="webhooks/s in the sustained phase (default 500)")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds of the sustained phase (default 20)")
+    ap.add_argument("--send-processes", type=int, default=os.cpu_count() or 1,
+                    help="notifier.send_processes (default: the CPU count, the setting for storms; 0 = threads)")
+    ap.add_argument("--outbox", choices=("sqlite", "postgresql"), default="sqlite",
+                    help="postgresql: also measure --replicas notifiers on one PostgreSQL outbox (a local "
+                         "Debian PostgreSQL started for the run), after SQLite in the same run")
+    ap.add_argument("--replicas", type=int, default=2, help="notifiers on the PostgreSQL outbox (default 2)")
+    args = ap.parse_args()
+
+    sims = Simulators()
+    postgres = None
+    results: dict[str, dict] = {}
+    try:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp_name:
+            tmp = Path(tmp_name)
+            disk = disk_commits_per_s(tmp)
+            print(f"disk: {disk:.0f} SQLite WAL synchronous=FULL commits/s (one row each) in {tmp}")
+            results["sqlite"] = run_backend(args, sims, tmp, "sqlite", disk)
+            if args.outbox == "postgresql":
+                from inferwatch.testing.postgres import start_postgres
+
+                postgres = start_postgres(tmp, fsync=True)  # a 2xx after a durable commit, as SQLite's
+                results["postgresql"] = run_backend(args, sims, tmp, "postgresql", disk, postgres)
+    finally:
+        if postgres is not None:
+            postgres.stop()
+        sims.stop()
+    complete = all(r.pop("_complete") for r in results.values())
+    result = {"machine": f"{os.cpu_count()} CPUs", "send_processes": args.send_processes,
+              "disk_commits_per_s": round(disk), **results["sqlite"],
+              "budget": {"ingest_per_s": INGEST_BUDGET_PER_S, "deliver_p99_ms_at_500_per_s": P99_BUDGET_MS}}
+    if "postgresql" in results:
+        result["postgresql"] = results["postgresql"]
+        result["within_budget"] = result["within_budget"] and results["postgresql"]["within_budget"]
     print(json.dumps(result))
-    return 0 if ok == len(bodies) and sustained_ok == len(sent) and len(got) == len(sent) else 1
+    return 0 if complete else 1
 
 
 if __name__ == "__main__":

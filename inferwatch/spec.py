@@ -641,6 +641,48 @@ class LayerGrouping:
 
 
 @dataclasses.dataclass
+class NotifierOutbox:
+    """Where the notifier keeps its outbox: SQLite in `data_dir` (no url, the default: one notifier), or a
+    shared PostgreSQL every replica writes and reads (docs/notifier-postgresql.md)."""
+
+    url: str = field("", doc="postgresql://user@host:port/database of a shared PostgreSQL outbox (no password "
+                             "in it: see password); empty: SQLite in data_dir")
+    password: Secret | None = field(None, doc="the PostgreSQL user's password, by reference (`${ENV_VAR}` or "
+                                              "password_file); unset: the server's own (peer, .pgpass)")
+    lease: Duration = field(_d("2m"), doc="a replica's claim on a delivery it is sending; a replica killed "
+                                          "mid-send leaves it to another after this (longer than any send)")
+    connect_timeout: Duration = field(_d("5s"), doc="longest wait for a PostgreSQL connection (else 503)")
+
+    def _validate(self, path: str) -> None:
+        if not self.url:
+            if self.password is not None:
+                raise SpecError(f"{path}.password", "set only with url (a PostgreSQL outbox)")
+            return
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError as exc:
+            raise SpecError(f"{path}.url", f"expected postgresql://user@host:port/database, got an invalid "
+                            f"URL ({exc})") from None
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise SpecError(f"{path}.url", f"expected a postgresql:// URL, got scheme {parts.scheme!r}")
+        if parts.password is not None:
+            raise SpecError(f"{path}.url", "the URL holds a password: give it by reference in "
+                            f"{path}.password (`${{ENV_VAR}}` or password_file) instead")
+        if not parts.hostname:
+            raise SpecError(f"{path}.url", "expected a host: postgresql://user@host:port/database")
+        if not parts.path.strip("/"):
+            raise SpecError(f"{path}.url", "expected a database name: postgresql://user@host:port/database")
+        if self.lease.seconds < 10:
+            raise SpecError(f"{path}.lease", f"expected at least 10s (longer than a send), got {self.lease}")
+        if not 0 < self.connect_timeout.seconds <= 60:
+            raise SpecError(f"{path}.connect_timeout", f"expected more than 0s and at most 60s, "
+                            f"got {self.connect_timeout}")
+
+
+@dataclasses.dataclass
 class NotifierSettings:
     bearer_token: Secret | None = field(None, doc="require Authorization: Bearer on POST /alerts")
     basic_auth_user: str = field("")
@@ -656,6 +698,8 @@ class NotifierSettings:
                                        "more than one core (0: in the notifier's own threads)")
     max_delivery_age: Duration = field(_d("6h"), doc="retry transient failures this long, then dead-letter")
     data_dir: str = field(".inferwatch-notifier", doc="where the SQLite outbox lives (--data-dir overrides)")
+    outbox: NotifierOutbox = field(NotifierOutbox, doc="the outbox: SQLite in data_dir, or a shared PostgreSQL "
+                                                       "for replicas (url, password)")
     retry_initial: Duration = field(_d("5s"), doc="first retry delay; doubles per attempt, with jitter")
     retry_max: Duration = field(_d("5m"), doc="longest delay between two attempts")
     dedup_window: Duration = field(_d("30m"), doc="a webhook identical to one received this recently is a "

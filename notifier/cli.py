@@ -15,6 +15,7 @@ import argparse
 import datetime as dt
 import os
 from pathlib import Path
+from typing import Any
 
 from inferwatch.cli import UsageError, add_service_args, add_spec_arg
 from inferwatch.redaction import redact
@@ -55,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _sub_spec_args(test, data_dir=False)
 
     outbox = nsub.add_parser("outbox", help="show or replay deliveries in the outbox")
-    osub = outbox.add_subparsers(dest="outbox_command", metavar="{list,retry}", required=True)
+    osub = outbox.add_subparsers(dest="outbox_command", metavar="{list,retry,copy}", required=True)
     lst = osub.add_parser("list", help="pending and dead-lettered deliveries, newest first")
     lst.add_argument("--all", action="store_true", help="also delivered, superseded and cancelled ones")
     lst.add_argument("--limit", type=int, default=100, help="at most this many rows (default 100)")
@@ -63,7 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     retry.add_argument("id", type=int, help="delivery id as `outbox list` prints it")
     retry.add_argument("--force", action="store_true",
                        help="re-send even a delivery that was already delivered (refused without it)")
-    for q in (lst, retry):
+    copy = osub.add_parser("copy", help="copy the SQLite outbox in --data-dir into the spec's PostgreSQL outbox "
+                                        "(notifier.outbox.url), once, with the notifier stopped")
+    for q in (lst, retry, copy):
         _sub_spec_args(q)
 
 
@@ -161,13 +164,59 @@ def _routes_test(spec, args) -> int:
 
 
 def _outbox(spec, args) -> int:
-    from inferwatch.notifier.outbox import AlreadyDelivered, Outbox
+    from inferwatch.notifier.backend import open_postgres, uses_postgres
+    from inferwatch.notifier.outbox import Outbox, OutboxError
     from inferwatch.notifier.service import OUTBOX_FILE
 
+    if args.outbox_command == "copy":
+        return _outbox_copy(spec, args)
+    outbox: Any
+    if uses_postgres(spec):  # the shared PostgreSQL outbox the spec names (--data-dir does not apply)
+        outbox = open_postgres(spec)
+        path: Any = outbox.path
+    else:
+        path = Path(args.data_dir or spec.notifier.data_dir) / OUTBOX_FILE
+        if not path.exists():
+            raise UsageError(f"no outbox at {path} (pass --data-dir)")
+        outbox = Outbox(path, dedup_window_s=spec.notifier.dedup_window.seconds)
+    try:
+        return _outbox_command(spec, args, outbox, path)
+    except OutboxError as exc:
+        raise UsageError(f"the outbox {path} cannot be used now: {exc}") from None
+    finally:
+        outbox.close_all()
+
+
+def _outbox_copy(spec, args) -> int:
+    import sqlite3
+
+    from inferwatch.notifier.backend import open_postgres, uses_postgres
+    from inferwatch.notifier.outbox import OutboxError
+    from inferwatch.notifier.outboxcopy import copy_sqlite_to_postgres
+    from inferwatch.notifier.service import OUTBOX_FILE
+
+    if not uses_postgres(spec):
+        raise UsageError("outbox copy needs a PostgreSQL outbox in the spec (notifier.outbox.url) to copy into")
     path = Path(args.data_dir or spec.notifier.data_dir) / OUTBOX_FILE
     if not path.exists():
         raise UsageError(f"no outbox at {path} (pass --data-dir)")
-    outbox = Outbox(path, dedup_window_s=spec.notifier.dedup_window.seconds)
+    outbox = open_postgres(spec)
+    try:
+        report = copy_sqlite_to_postgres(path, outbox)
+    except sqlite3.Error as exc:
+        raise UsageError(f"cannot read the outbox {path}: {exc}") from None
+    except OutboxError as exc:
+        raise UsageError(f"nothing copied: {exc}") from None
+    finally:
+        outbox.close_all()
+    print(f"copied {report.messages} webhook(s) and {report.deliveries} deliveries from {path} to {outbox.path} "
+          f"({report.skipped} already there, {report.intake} intake keys, {report.resolutions} resolutions)")
+    return 0
+
+
+def _outbox_command(spec, args, outbox, path) -> int:
+    from inferwatch.notifier.outbox import AlreadyDelivered
+
     if args.outbox_command == "retry":
         row = outbox.get(args.id)
         if row is None:

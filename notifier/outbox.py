@@ -532,6 +532,12 @@ class Outbox:
     def finish(self, ids: list[int], state: str, now: float, reason: str = "", error: str = "") -> None:
         self.record([Outcome.finished(ids, state, now, reason, error)])
 
+    def rate_limiter(self, channel: str, limit: int, window_s: float):
+        """The destination's rate limiter: this process's own (one notifier per SQLite outbox)."""
+        from inferwatch.notifier.ratelimit import RateLimiter
+
+        return RateLimiter(limit, window_s)
+
     def reschedule(self, schedule: list[tuple[int, float]], reason: str, error: str) -> None:
         self.record([Outcome.retry(schedule, reason, error)])
 

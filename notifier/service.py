@@ -34,6 +34,7 @@ from inferwatch.connections import ACCEPT_BACKLOG, ConnectionGuard, Settings, co
 from inferwatch.errors import UsageError
 from inferwatch.loops import close_stopped_loop
 from inferwatch.notifier import integrity
+from inferwatch.notifier.backend import OutboxBackend, open_postgres, uses_postgres
 from inferwatch.notifier.channels import build_channel
 from inferwatch.notifier.committer import GroupCommitter
 from inferwatch.notifier.exposition import metrics_handler
@@ -115,7 +116,10 @@ class NotifierService:
         # kernel spreads new connections over the live ones (a killed replica's socket is gone at once).
         self.shared_port = shared_port
         self.data_dir = Path(data_dir or spec.notifier.data_dir)
-        self.outbox = open_outbox(self.data_dir / OUTBOX_FILE, spec.notifier.dedup_window.seconds, move_damaged)
+        # A shared PostgreSQL (notifier.outbox.url, replicas) or SQLite in the data folder (the default).
+        self.outbox: OutboxBackend = (open_postgres(spec) if uses_postgres(spec) else
+                                      open_outbox(self.data_dir / OUTBOX_FILE, spec.notifier.dedup_window.seconds,
+                                                  move_damaged))
         # Readiness probes write this much (a webhook's size, not a token row): the largest body seen, at least
         # PROBE_MIN_BYTES, at most notifier.max_body_bytes.
         self.probe_bytes = min(PROBE_MIN_BYTES, spec.notifier.max_body_bytes)
@@ -126,7 +130,8 @@ class NotifierService:
         check_channel_secrets(spec)
         self.channels = {name: build_channel(name, c) for name, c in spec.channels.items()}
         self.metrics = NotifierMetrics(list(self.channels), self.outbox)
-        self.metrics.registry.register(integrity.LossCollector(self.outbox._db()))
+        if isinstance(self.outbox, Outbox):  # the SQLite outbox's own record of a damaged file moved aside
+            self.metrics.registry.register(integrity.LossCollector(self.outbox._db()))
         enrich = {i: (r.enrich, r.enrich_timeout.seconds) for i, r in enumerate(self.router.routes) if r.enrich}
         self.worker = DeliveryWorker(spec, self.outbox, self.channels, self.metrics, enrich)
         self.committer = GroupCommitter(self.outbox, metrics=self.metrics)
@@ -143,8 +148,8 @@ class NotifierService:
 
     def _peers(self) -> Peers | None:
         """The other replicas (`targets.notifiers`, this one's own address left out), with ha.notifier_replicas > 1."""
-        if self.spec.ha.notifier_replicas < 2:
-            return None
+        if self.spec.ha.notifier_replicas < 2 or uses_postgres(self.spec):
+            return None  # one notifier, or replicas sharing one PostgreSQL outbox: nobody to ask
         me = f"{self.host}:{self.port}"
         urls = [f"http://{t.address}" for t in self.spec.targets.exporter_targets("notifiers") if t.address != me]
         return Peers(urls, self._credentials[0] if self._credentials else None)
@@ -287,7 +292,7 @@ class NotifierService:
             self.metrics.peer_checks.labels("answered").inc(verdict.answered)
         try:
             verdict.merge(False, await local)
-        except sqlite3.Error:  # an unreadable outbox: the commit below reports it
+        except (sqlite3.Error, OutboxError):  # an unreadable outbox: the commit below reports it
             pass
         return verdict
 
@@ -322,7 +327,7 @@ class NotifierService:
             return refusal
         try:
             statuses = await asyncio.get_running_loop().run_in_executor(None, self.outbox.peer_status, items)
-        except sqlite3.Error:
+        except (sqlite3.Error, OutboxError):
             return web.json_response({"error": "outbox unreadable"}, status=503)
         return web.json_response({"items": statuses})
 
@@ -375,7 +380,7 @@ class NotifierService:
         try:
             seen = await loop.run_in_executor(None, self.outbox.seen, key)
             resolved = await loop.run_in_executor(None, self.outbox.resolutions, group)
-        except sqlite3.Error:
+        except (sqlite3.Error, OutboxError):
             return web.json_response({"error": "outbox unreadable"}, status=503)
         return web.json_response({"seen": seen, "resolved": resolved})
 
@@ -383,7 +388,10 @@ class NotifierService:
         """With ha.answer_wait: a future for the deliveries sent at once (deferred escalations left out)."""
         if self.spec.ha.answer_wait.seconds <= 0 or not ids:
             return None
-        due = await asyncio.get_running_loop().run_in_executor(None, self.outbox.due_of, ids, now)
+        try:
+            due = await asyncio.get_running_loop().run_in_executor(None, self.outbox.due_of, ids, now)
+        except (sqlite3.Error, OutboxError):  # stored: the answer says so without waiting for the channel
+            return None
         return self.worker.watch(due) if due else None
 
     async def _delivered(self, waiting) -> int:

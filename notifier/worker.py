@@ -37,7 +37,6 @@ from inferwatch.notifier.channels.base import Channel, DeliveryResult
 from inferwatch.notifier.metrics import NotifierMetrics
 from inferwatch.notifier.model import Notification
 from inferwatch.notifier.outbox import Delivery, Outbox, Outcome
-from inferwatch.notifier.ratelimit import RateLimiter
 from inferwatch.notifier.recorder import OutcomeRecorder
 from inferwatch.notifier.senders import make_sender
 from inferwatch.ratelog import ConditionLog
@@ -94,7 +93,8 @@ class DeliveryWorker:
             cspec = spec.channels[name]
             limit = cspec.rate_limit or default_rate(ch.kind)
             window = cspec.rate_window.seconds if cspec.rate_limit else 60.0
-            self.limiters[name] = RateLimiter(limit, window)
+            # Shared by the replicas of a PostgreSQL outbox, this process's own with SQLite.
+            self.limiters[name] = outbox.rate_limiter(name, limit, window)
         self._wake = {name: threading.Event() for name in channels}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -145,3 +145,25 @@ def pytest_terminal_summary(terminalreporter):
     if grown:
         terminalreporter.write_line("open files left per module (most first): "
                                     + ", ".join(f"{m} +{n}" for n, m in grown))
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    """A real PostgreSQL (Debian's postgresql) on a loopback port, shared by the session; tests take a fresh
+    database each from `pg_database`."""
+    from inferwatch.testing.postgres import start_postgres
+
+    server = _start(start_postgres, tmp_path_factory.mktemp("postgres"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_database(postgres, monkeypatch):
+    """A fresh empty database on the session's PostgreSQL: (url without password, password). The password is
+    also in $INFERWATCH_TEST_PGPASSWORD, for specs that reference it (`password: ${INFERWATCH_TEST_PGPASSWORD}`)."""
+    import uuid
+
+    url = postgres.create_database(f"t_{uuid.uuid4().hex[:12]}")
+    monkeypatch.setenv("INFERWATCH_TEST_PGPASSWORD", postgres.password)
+    return url, postgres.password

@@ -55,8 +55,11 @@ class ManagedProcess:
     resources (/proc, psutil) only without it."""
 
     def __init__(self, name: str, argv: Sequence[str], log_path: Path, ready: Callable[[], bool],
-                 env: dict | None = None, cwd: str | None = None, lifeline: bool = False):
+                 env: dict | None = None, cwd: str | None = None, lifeline: bool = False,
+                 user: str | None = None):
+        """`user`: run as this system user (PostgreSQL refuses to run as root; needs a root parent)."""
         self.name = name
+        self.user = user
         self.lifeline = lifeline
         self._lifeline_w: int | None = None
         self.argv = list(argv)
@@ -79,7 +82,8 @@ class ManagedProcess:
         # A new session so that stop() can signal the whole process group (Triton's backend stubs too).
         try:
             self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds)
+                                         env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds,
+                                         user=self.user)
         finally:
             logf.close()
             for fd in pass_fds:
