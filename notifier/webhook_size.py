@@ -44,17 +44,19 @@ ENVELOPE_FIXED = 300     # receiver, status, version, truncatedAlerts (20 digits
 _ACTION = re.compile(r"\{\{.*?\}\}", re.S)
 
 
+# Characters Go's encoder writes as a 6-byte \uXXXX escape (HTML escaping on): `<`, `>`, `&`, U+2028, U+2029 and
+# the control characters other than \n, \r and \t (which, like `"` and `\`, take a 2-byte escape).
+_SIX_BYTE_ESCAPE = re.compile("[<>&\u2028\u2029\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
 def _escaped(text: str) -> int:
-    """Bytes Go's encoding/json (HTML escaping on) writes for `text`, quotes included."""
-    out = 2
-    for ch in text:
-        if ch in "<>&\u2028\u2029" or ord(ch) < 0x20:
-            out += 6 if ch not in "\n\r\t\"\\" else 2
-        elif ch in "\"\\":
-            out += 2
-        else:
-            out += len(ch.encode("utf-8"))
-    return out
+    """Bytes Go's encoding/json (HTML escaping on) writes for `text`, quotes included.
+
+    Counted with str methods: render_all sizes every annotation of every generated rule several times, and a
+    loop over the characters was a quarter of its time."""
+    two = sum(text.count(c) for c in "\n\r\t\"\\")
+    six = sum(6 - len(c.encode("utf-8")) for c in _SIX_BYTE_ESCAPE.findall(text))
+    return 2 + len(text.encode("utf-8")) + two + six
 
 
 def _value() -> int:

@@ -55,7 +55,7 @@ class Demo:
     """One demo run. `run()` returns the ScenarioResult; `stack` keeps the services (stopped after run)."""
 
     def __init__(self, workdir: Path, duration: float = DEFAULT_DURATION_S, *, nvml: str = "auto",
-                 reporter=None, spec_path: Path | None = None):
+                 reporter=None, spec_path: Path | None = None, until_settled: bool = False):
         from inferwatch.demo.config import DEMO_SPEC
         from inferwatch.demo.report import Reporter
 
@@ -64,6 +64,8 @@ class Demo:
         self.nvml = nvml
         self.reporter = reporter or Reporter()
         self.spec_path = Path(spec_path) if spec_path else DEMO_SPEC
+        # Remove the faults once every alert they raised was delivered (ScenarioRunner.run), not at the hold's end.
+        self.until_settled = until_settled
         self.stack = None
         self.config = None
         self.result = None
@@ -121,7 +123,7 @@ class Demo:
             runner = ScenarioRunner(self.stack, workload, faults, on_event=r.event, on_status=r.status)
             clean = runner.clean_stretch(deadline)
             r.begin(time.time())
-            self.result = runner.run(deadline, clean)
+            self.result = runner.run(deadline, clean, until_settled=self.until_settled)
             r.end()
             r.summary(self.result)
             if keep_running:

@@ -153,6 +153,8 @@ class AlertWatch:
     def __init__(self, prometheus_url: str):
         self.url = prometheus_url.rstrip("/") + "/api/v1/alerts"
         self.alerts: dict[str, AlertState] = {}
+        # Labels of every alert Prometheus had pending or firing at the last poll (one entry per series).
+        self.active: list[dict[str, str]] = []
         self.error: str = ""
 
     def poll(self) -> tuple[list[AlertState], list[AlertState]]:
@@ -165,6 +167,7 @@ class AlertWatch:
         except (requests.RequestException, ValueError, KeyError) as exc:
             self.error = f"{type(exc).__name__}"
             return [], []
+        self.active = [dict(a["labels"]) for a in current if a.get("state") in ("pending", "firing")]
         firing: dict[str, dict] = {}
         for a in current:
             if a.get("state") == "firing":

@@ -126,6 +126,11 @@ class ScenarioResult:
         return wrong
 
 
+def _words(group: str) -> set[str]:
+    """The label values in a message's group text; markdown channels quote them (WeCom: `` `toy_llm` ``)."""
+    return {w.strip("`") for w in group.split()}
+
+
 def expected_channels(router: Router, alert: str) -> list[str]:
     """Channels the spec's routes send an alert of this name to, over every severity it can have."""
     info = ALERTS.get(alert)
@@ -154,6 +159,7 @@ class ScenarioRunner:
         self.bounds = Bounds.from_spec(self.spec)
         self.outcomes = [FaultOutcome(f, expected_channels(self.router, f.alert)) for f in faults]
         self._pending: list[Event] = []
+        self._before_faults: list[dict[str, str]] = []
         self.phase = "starting"
         self.t0 = time.time()
 
@@ -244,8 +250,13 @@ class ScenarioRunner:
         left = deadline - time.time() - self.fault_phase() - self.resolve_reserve()
         return max(shortest, min(longest, left))
 
-    def run(self, deadline: float, clean_s: float) -> ScenarioResult:
-        """Run until every resolution arrived or `deadline` (time.time()); the clean stretch lasts `clean_s`."""
+    def run(self, deadline: float, clean_s: float, *, until_settled: bool = False) -> ScenarioResult:
+        """Run until every resolution arrived or `deadline` (time.time()); the clean stretch lasts `clean_s`.
+
+        The faults are held until only the time the resolutions need is left; with `until_settled`, also no
+        longer than until every alert they raised reached its channel (`_all_delivered`), so a run that
+        only needs the outcome (tests) does not wait out the hold a viewer gets.
+        """
         self.t0 = time.time()
         self.workload.start()
         self._phase("clean", f"clean stretch: {self.workload.describe()}; no fault for {clean_s:.0f} s, "
@@ -253,6 +264,8 @@ class ScenarioRunner:
         self._wait(self.t0 + clean_s)
         attempts_clean = self.deliveries.attempts()
         first_fault = time.time()
+        # Alerts active before any fault (the heartbeat, which no channel receives) are not the faults' doing.
+        self._before_faults = [dict(labels) for labels in self.alerts.active]
         self._phase("faults", "injecting faults")
         for i, o in enumerate(self.outcomes):
             if i:
@@ -262,7 +275,7 @@ class ScenarioRunner:
             self._emit(Event(o.injected_at, "fault", f"{o.fault.title}: {o.fault.detail}", fault=o.fault))
         # Hold the faults until only the time the resolutions need is left: a longer --duration shows them
         # longer; a short one may remove them before a slow alert arrived (the summary then says so).
-        self._wait(deadline - self.resolve_reserve())
+        self._wait(deadline - self.resolve_reserve(), done=self._all_delivered if until_settled else lambda: False)
         removed = time.time()
         self._phase("resolving", "removing every fault")
         for o in self.outcomes:
@@ -275,6 +288,27 @@ class ScenarioRunner:
         self._flush()
         return ScenarioResult(self.t0, first_fault, removed, time.time(), list(self.deliveries.deliveries),
                               self.outcomes, self.events, self.bounds, attempts_clean)
+
+    def _all_delivered(self) -> bool:
+        """Every fault's alert delivered, and every alert of the faults' layers that Prometheus has pending or
+        firing, and did not before the first fault, delivered to a channel in its own group (each tenant of an
+        L3 alert, the warning beside a page): nothing more about the faults is on its way. An alert that stays
+        pending holds the faults until the deadline, as without `until_settled`."""
+        if not all(o.delivered for o in self.outcomes):
+            return False
+        layers = {o.fault.layer for o in self.outcomes}
+        injected = min(o.injected_at for o in self.outcomes if o.injected_at is not None)
+        sent = [d for d in self.deliveries.deliveries if d.status == "firing" and d.at >= injected]
+        for labels in self.alerts.active:
+            layer = labels.get("layer", "")
+            if layer not in layers or labels in self._before_faults:
+                continue
+            grouping = self.spec.notifier.grouping.get(layer)
+            keys = [k for k in (grouping.group_by if grouping else []) if k != "alertname" and labels.get(k)]
+            name = labels.get("alertname", "")
+            if not any(name in d.alerts and all(labels[k] in _words(d.group) for k in keys) for d in sent):
+                return False
+        return True
 
     def _all_resolved(self) -> bool:
         """Every fault's alert resolved, in every group it fired for (each tenant of an L3 alert)."""
