@@ -28,7 +28,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING
 
-from inferwatch.specload import SpecError, field
+from inferwatch.specload import Duration, SpecError, field
 
 if TYPE_CHECKING:
     from inferwatch.spec import Spec
@@ -112,12 +112,16 @@ class Billing:
                                              "prices the undeclared models)")
     budgets: list[Budget] = field([], doc="per-tenant (optionally per-model) budgets per month or day")
     forecast_warning_ratio: float = field(1.0, doc="LlmBudgetForecastExceeded fires when the spend so far plus "
-                                                   "the last 6 hours' rate until the period ends exceeds this "
-                                                   "fraction of the budget")
+                                                   "forecast_window's cost rate until the period ends exceeds "
+                                                   "this fraction of the budget")
+    forecast_window: Duration = field(Duration(6 * 3600 * 1000), doc="the cost rate the forecast extrapolates "
+                                                                     "(a burn rate, currency per second)")
 
     def _validate(self, path: str) -> None:
         if not _CURRENCY.fullmatch(self.currency):
             raise SpecError(f"{path}.currency", f"expected an ISO 4217 code such as USD, got {self.currency!r}")
+        if not 5 * 60 * 1000 <= self.forecast_window.ms <= 7 * 86400 * 1000:
+            raise SpecError(f"{path}.forecast_window", f"expected 5m to 7d, got {self.forecast_window}")
         if not 0 < self.forecast_warning_ratio <= 10:
             raise SpecError(f"{path}.forecast_warning_ratio",
                             f"expected a ratio above 0 and at most 10, got {self.forecast_warning_ratio}")
