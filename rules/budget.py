@@ -14,6 +14,7 @@ a steady spend, within a scrape interval's spend per step otherwise.
 
 Forecast: the spend so far plus the cost rate over `billing.forecast_window` (a burn rate: currency per
 second) times the seconds left in the period (`days_in_month()`, `day_of_month()`, `hour()`, `minute()`).
+LlmBudgetForecastExceeded waits `layers.L3.for`, at least two steps (one sample never warns).
 The alerts' value is a share of the budget (1 = all of it), recorded per budget with its amount written in (so
 no join with a constant series is needed: it would lack the `cluster` label of a central store) and labelled
 `budget` (`<tenant>-<model or all>-<period>`). Identity: `budget` (with `tenant`, `period`, `currency`, and
@@ -101,7 +102,7 @@ def alerts(spec: Spec) -> list[Alert]:
               f"{{{{ $labels.budget }}}} ({{{{ $labels.currency }}}}, calendar {{{{ $labels.period }}}} in UTC)."),
         Alert("LlmBudgetForecastExceeded",
               f"{FORECAST_RATIO} > {num(billing.forecast_warning_ratio)}\nand\n{SPENT_RATIO} < 1",
-              spec.layers.L3.for_, "warning",
+              max(spec.layers.L3.for_, Duration(2 * STEP.ms)), "warning",
               f"At the cost rate of the last {billing.forecast_window}, {what} will spend "
               f"{{{{ $value | humanizePercentage }}}} of its {{{{ $labels.period }}}} budget {{{{ $labels.budget }}}} "
               f"({{{{ $labels.currency }}}}) by the end of the {{{{ $labels.period }}}} (UTC)."),
