@@ -20,6 +20,7 @@ from inferwatch.dashboards.builders import (
     timeseries_panel,
     variable,
 )
+from inferwatch.rules.budget import FORECAST, FORECAST_RATIO, SPENT, SPENT_RATIO
 from inferwatch.rules.llm import CANCELLED, SLO_ERRORS, SLO_TTFT
 from inferwatch.selectors import Selector
 from inferwatch.spec import Spec
@@ -145,4 +146,36 @@ def build(spec: Spec) -> db.Dashboard:
         "Tokens metered in the time range", "Tokens per tenant, model and type over the dashboard's time "
         "range (increase of gateway_tokens_total over $__range): the figure to bill from.", "short",
         [table_query(f"sum by (tenant, model, type) (increase({gw('gateway_tokens_total', SEL)}[$__range]))")]))
+    if spec.billing.enabled:
+        board = _cost_row(spec, board)
+    return board
+
+
+def _cost_row(spec: Spec, board: db.Dashboard) -> db.Dashboard:
+    """Cost per tenant from gateway_cost_total (billing.prices) and, with budgets, the spend this period, its
+    forecast and each budget's share (rules/budget.py; docs/cost-and-budgets.md)."""
+    gw = spec.selectors.of("gateway")
+    currency = spec.billing.currency
+    board = board.with_row(db.Row("Cost and budgets"))
+    board = board.with_panel(timeseries_panel(
+        "Cost per tenant", f"Cost per hour per tenant and model ({currency}), from the tokens metered and the "
+        "spec's billing.prices (gateway_cost_total).", f"suffix: {currency}/h",
+        [query(f"3600 * {_rate(gw, 'gateway_cost_total', 'tenant, model')}", "{{tenant}} {{model}}")],
+        stacked=True, min_val=0))
+    if not spec.billing.budgets:
+        return board
+    who = f'{{{TENANT}}}'
+    board = board.with_panel(timeseries_panel(
+        "Cost this period and forecast", f"Spend per tenant since the start of the calendar month or day (UTC, "
+        f"{currency}) and its forecast to the period's end at the cost rate of the last "
+        f"{spec.billing.forecast_window} (rules/budget.py).", f"suffix: {currency}",
+        [query(f"{SPENT}{who}", "{{tenant}} {{period}} spent"),
+         query(f"{FORECAST}{who}", "{{tenant}} {{period}} forecast")],
+        links=runbook_links(spec, ["LlmBudgetForecastExceeded", "LlmBudgetExceeded"]), min_val=0))
+    board = board.with_panel(table_panel(
+        "Budgets", "Each budget of billing.budgets: the spend this period and its forecast as shares of the "
+        "budget (1 = all of it; LlmBudgetExceeded at 1, LlmBudgetForecastExceeded above "
+        f"{spec.billing.forecast_warning_ratio:g}).", "percentunit",
+        [table_query(f"{SPENT_RATIO}{who}"), table_query(f"{FORECAST_RATIO}{who}")],
+        links=runbook_links(spec, ["LlmBudgetForecastExceeded", "LlmBudgetExceeded"])))
     return board

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from inferwatch.billing import Billing, validate_billing
 from inferwatch.redaction import address
 from inferwatch.specload import Duration, Secret, SpecError, build, field, load_yaml
 from inferwatch.upstreams import Upstream, validate_upstreams
@@ -1068,6 +1069,8 @@ class Spec:
     ha: HighAvailability = field(HighAvailability, doc="replicas of Prometheus, Alertmanager and the notifier")
     gates: GateSettings = field(GateSettings, doc="canary gates and autoscaling signals generated from the "
                                                   "alerts' recording rules (docs/canary-gates.md)")
+    billing: Billing = field(Billing, doc="prices per model and budgets per tenant (inferwatch/billing.py, "
+                                          "docs/cost-and-budgets.md)")
 
     def _validate(self, path: str) -> None:
         if self.version != 1:
@@ -1108,6 +1111,7 @@ class Spec:
                 raise SpecError("notifier.unrouted_receivers",
                                 f"unknown channel {name!r} (declared: {', '.join(self.channels) or 'none'})")
         validate_upstreams(self)
+        validate_billing(self)
         from inferwatch.selectors import default_selector
 
         triton = self.kubernetes.triton

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import yaml
 
-from inferwatch.rules import centralstore, engine, gpu, ha, llm, notifier, rulehealth, triton
+from inferwatch.rules import budget, centralstore, engine, gpu, ha, llm, notifier, rulehealth, triton
 from inferwatch.rules.cluster import keep_label
 from inferwatch.rules.model import Alert, Group
 from inferwatch.rules.names import ALERTS
@@ -20,7 +20,7 @@ from inferwatch.rules.validate import validate
 from inferwatch.spec import Spec
 
 AREAS = {"gpu": gpu, "triton": triton, "llm": llm, "notifier": notifier, "ha": ha, "engine": engine,
-         "rulehealth": rulehealth, "centralstore": centralstore}
+         "rulehealth": rulehealth, "centralstore": centralstore, "budget": budget}
 RULES_DIR = "rules/generated"
 PROMETHEUS_DIR = "deploy/prometheus"
 PROMETHEUS_CONFIG = f"{PROMETHEUS_DIR}/prometheus.yml"  # one Prometheus; with replicas prometheus-<name>.yml each

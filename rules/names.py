@@ -122,6 +122,24 @@ RECORDING_RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "tier_slo_window:gateway_time_to_first_token_seconds:ratio_over_slo": (
         ("tier", "slo_window"), "TTFT SLI misses: streamed requests slower than the tier's ttft_slo_seconds / "
                                 "all streamed requests over slo_window"),
+    # Budgets (rules/budget.py; only with billing.budgets; labels currency, period = month|day) ------------------
+    "tenant_model:gateway_cost:increase": (
+        ("tenant", "model", "currency"), "cost added over the budget group's 5m step (increase)"),
+    "tenant_model_period:gateway_cost:increase": (
+        ("tenant", "model", "currency", "period", "period_index"),
+        "the step's cost where period_index (month 1-12, day of month 1-31) is the current one, absent otherwise"),
+    "tenant_model_period:gateway_cost:spent": (
+        ("tenant", "model", "currency", "period"), "cost since the period (UTC month or day) began"),
+    "tenant_period:gateway_cost:spent": (("tenant", "currency", "period"), "the same, every model together"),
+    "tenant_model:gateway_cost:forecast_rate": (
+        ("tenant", "model", "currency"), "cost per second over billing.forecast_window (the burn rate)"),
+    "tenant_model_period:gateway_cost:forecast": (
+        ("tenant", "model", "currency", "period"), "spent + forecast_rate x seconds left in the period"),
+    "tenant_period:gateway_cost:forecast": (("tenant", "currency", "period"), "the same, every model together"),
+    "budget:gateway_cost:spent_ratio": (
+        ("budget", "tenant", "currency", "period", "model"), "spent / the budget's amount (1 = all of it)"),
+    "budget:gateway_cost:forecast_ratio": (
+        ("budget", "tenant", "currency", "period", "model"), "forecast / the budget's amount"),
     "slo_window:gateway_scrapes:history_ratio": (
         ("slo_window",), "share of each long SLO window Prometheus has scraped the gateway for, 0-1 (the burn-rate "
                          "alerts count a long window's misses against the requests of the whole window)"),
@@ -254,6 +272,11 @@ ALERTS: dict[str, AlertInfo] = {
     "LlmOutputThroughputCollapse": _info(
         "L3", _W, "Output token throughput collapsed compared with the baseline.", ("model", "tier")),
     "LlmCancellationRatioHigh": _info("L3", _W, "Many LLM requests are cancelled by clients.", TENANT_MODEL_TIER),
+    # One per budget of billing.budgets: `model` only on a per-model budget.
+    "LlmBudgetForecastExceeded": _info("L3", _W, "A tenant's cost forecast exceeds its budget for the period.",
+                                       ("budget", "tenant", "period", "currency", "model"), ("budget",)),
+    "LlmBudgetExceeded": _info("L3", _W, "A tenant has spent its budget for the period.",
+                               ("budget", "tenant", "period", "currency", "model"), ("budget",)),
     "GatewayExporterDown": _info("L3", _W, "The gateway exporter cannot be scraped, LLM alerts are blind.",
                                  SCRAPE, ("job",)),
     # Notifier self-alerts (layer L1 so they page; Alertmanager routes component=notifier around the notifier)

@@ -31,6 +31,7 @@ class FindingCase:
 GPU = {"UUID": "GPU-0", "node": "node-a", "gpu": "0"}
 MODEL = {"node": "node-a", "triton": "triton-a", "model": "llm", "version": "1"}
 LLM = {"tenant": "acme", "model": "llm", "tier": "realtime"}
+BUDGET = {"budget": "acme-all-month", "tenant": "acme", "period": "month", "currency": "USD"}
 ENGINE = {**MODEL, "backend": "vllm"}
 
 CONDITION = {
@@ -104,6 +105,9 @@ CONDITION = {
                                              {"output_tokens_per_second": 350}),
     "LlmCancellationRatioHigh": Condition(LLM, {"cancellation_ratio": 0.4, "request_rate": 5},
                                           {"cancellation_ratio": 0.05}),
+    "LlmBudgetExceeded": Condition(BUDGET, {"spent_ratio": 1.2}, {"spent_ratio": 0.9}),
+    "LlmBudgetForecastExceeded": Condition(BUDGET, {"spent_ratio": 0.8, "forecast_ratio": 1.5},
+                                           {"spent_ratio": 0.8, "forecast_ratio": 0.9}),
     "GatewayExporterDown": Condition({"instance": "gw:9402"}, {"gateway_up": 0, "targets_in_job": 2},
                                      {"gateway_up": 1, "targets_in_job": 2}),
     # Notifier ----------------------------------------------------------------------------------------
@@ -331,6 +335,12 @@ FINDINGS = {
                                                       {"duration_p50_seconds": 40}),
     ("LlmCancellationRatioHigh", "buffered-streaming"): F({"ttft_p95_seconds": 0.2, "itl_p95_seconds": 0.05},
                                                           {"itl_p95_seconds": 0.5}),
+    ("LlmBudgetExceeded", "spend-surge"): F({"cost_rate_vs_1d": 3}, {"cost_rate_vs_1d": 1.1}),
+    ("LlmBudgetExceeded", "cache-misses"): F({"cached_input_share": 0.02}, {"cached_input_share": 0.6}),
+    ("LlmBudgetExceeded", "reasoning-heavy"): F({"reasoning_share": 0.7}, {"reasoning_share": 0.2}),
+    ("LlmBudgetForecastExceeded", "spend-surge"): F({"cost_rate_vs_1d": 3}, {"cost_rate_vs_1d": 1.1}),
+    ("LlmBudgetForecastExceeded", "cache-misses"): F({"cached_input_share": 0.02}, {"cached_input_share": 0.6}),
+    ("LlmBudgetForecastExceeded", "reasoning-heavy"): F({"reasoning_share": 0.7}, {"reasoning_share": 0.2}),
     ("GatewayExporterDown", "no-targets"): F({"targets_in_job": None, "gateway_up": None}, {"targets_in_job": 2}),
     ("GatewayExporterDown", "gateway-down-traffic-lost"): F({"triton_requests_ratio_vs_1h": 0.1},
                                                             {"triton_requests_ratio_vs_1h": 0.9}),

@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry
 
-from inferwatch.exporters.gateway.counts import InvalidCount, token_count
+from inferwatch.exporters.gateway.counts import InvalidCount, part_count, token_count
 from inferwatch.exporters.gateway.exchange import Exchange
 from inferwatch.exporters.gateway.labels import LabelPolicy
 from inferwatch.exporters.gateway.meter import RequestMeter, Usage
@@ -41,7 +41,7 @@ class Gateway:
     def __init__(self, spec: Spec | None = None, registry: CollectorRegistry | None = None,
                  usage_sink: Callable[[Usage], None] | None = None):
         self.spec = spec if spec is not None else Spec()
-        self.metrics = GatewayMetrics(registry)
+        self.metrics = GatewayMetrics(registry, self.spec.billing)
         self.labels = LabelPolicy(self.spec)
         self.usage_sink = usage_sink
         self.classifier = Classifier(self.spec.gateway.llm_models, self.spec.gateway.routes)
@@ -113,13 +113,17 @@ class TrackedRequest:
     def tokens(self, n: int = 1) -> None:
         self.meter.tokens(n)
 
-    def usage(self, output_tokens: int | None = None, input_tokens: int | None = None) -> None:
-        """The upstream's exact counts (None: not reported). A value that is not a count (counts.py:
-        negative, bool, non-integral, above MAX_TOKENS) makes this request unmetered (reason
+    def usage(self, output_tokens: int | None = None, input_tokens: int | None = None,
+              cached_input_tokens: int | None = None, reasoning_tokens: int | None = None) -> None:
+        """The upstream's exact counts (None: not reported); `cached_input_tokens` is a part of `input_tokens`,
+        `reasoning_tokens` of `output_tokens`. A value that is not a count (counts.py: negative, bool,
+        non-integral, above MAX_TOKENS, a part above its whole) makes this request unmetered (reason
         `invalid_count`: counted and logged, both counts unknown) rather than raising into your handler."""
         try:
             output_tokens = token_count(output_tokens, "output_tokens")
             input_tokens = token_count(input_tokens, "input_tokens")
+            cached = part_count({"n": cached_input_tokens}, "n", input_tokens, "cached_input_tokens")
+            reasoning = part_count({"n": reasoning_tokens}, "n", output_tokens, "reasoning_tokens")
         except InvalidCount as exc:
             if self.meter.unmetered is None:
                 self.meter.stop_metering("invalid_count")
@@ -131,6 +135,8 @@ class TrackedRequest:
             self.meter.set_exact_output_tokens(output_tokens, "usage")
         if input_tokens is not None:
             self.meter.input_tokens = input_tokens
+        self.meter.set_detail(0, cached)
+        self.meter.set_detail(2, reasoning)
 
     def fail(self, code: int = 500) -> None:
         self.outcome, self.code = "error", code

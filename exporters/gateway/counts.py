@@ -24,6 +24,7 @@ NOT_INTEGER = "not an integer"
 NEGATIVE = "negative"
 TOO_LARGE = f"above {MAX_TOKENS}"
 BACKWARDS = "below an earlier cumulative count"
+ABOVE_WHOLE = "above the count it is a part of"
 
 
 class InvalidCount(ValueError):
@@ -57,6 +58,18 @@ def token_count(value, field: str) -> int | None:
     if value > MAX_TOKENS:
         raise InvalidCount(field, TOO_LARGE, value)
     return value
+
+
+def part_count(container, key: str, whole: int | None, field: str) -> int | None:
+    """A token type reported inside a usage object's details object (`container`, e.g.
+    `usage.prompt_tokens_details`, any value: not a dict means not reported) under `key`, as token_count; and
+    InvalidCount when it exceeds `whole`, the count it is a part of (cached prompt tokens above the prompt)."""
+    if not isinstance(container, dict):
+        return None
+    n = token_count(container.get(key), field)
+    if n is not None and whole is not None and n > whole:
+        raise InvalidCount(field, ABOVE_WHOLE, container.get(key))
+    return n
 
 
 def cumulative_count(value, earlier: int, field: str) -> int | None:

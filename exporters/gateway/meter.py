@@ -19,6 +19,11 @@ Definitions (docs/sources.md#llm-user-experience-metrics):
   (vLLM `request_time_per_output_token_seconds`, OpenTelemetry `gen_ai.server.time_per_output_token`); with
   several sequences, once per sequence with ≥ 2 events, over the tokens counted from its events.
 - Output tokens per second: output tokens / request duration (AIPerf "E2E output token throughput").
+- Token types (docs/cost-and-budgets.md): cached prompt tokens (OpenAI `prompt_tokens_details.cached_tokens`,
+  Responses `input_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`), prompt tokens written to
+  a cache (Anthropic `cache_creation_input_tokens`) and reasoning tokens (`completion_tokens_details` /
+  `output_tokens_details.reasoning_tokens`): each a part of the input or output count, exact from the usage
+  object and None (absent) when the server does not say; never estimated.
 - Tokens metered: the upstream's exact count when it reports one (OpenAI `usage`, a cumulative count field),
   else the tokens counted from events; every outcome is metered, cancelled and failed streams included,
   so billing and per-request metrics agree (in vLLM they do not for aborted streams).
@@ -35,6 +40,8 @@ from inferwatch.exporters.gateway.metrics import ITL_BUCKETS, Series, observe_co
 # ITL observations are gathered per request and written in bulk (one write per bucket used) when the request
 # ends, and at least this often while a long stream runs, so /metrics lags a running stream by at most this.
 ITL_FLUSH_S = 1.0
+# Usage's token-type fields, in the order of metrics.DETAIL_TYPES (cached_input, cache_creation_input, reasoning).
+DETAIL_FIELDS = ("cached_input_tokens", "cache_creation_input_tokens", "reasoning_tokens")
 # Choice indexes kept apart as sequences; a higher index (no server samples that many) joins sequence 0, so a
 # stream cannot grow the meter's state beyond this.
 MAX_SEQUENCES = 128
@@ -49,6 +56,9 @@ class Usage:
     said (e.g. 500 / "InternalServerError" sent mid-stream under 200), or error_type "truncated" for a stream
     that ended without its end marker; `unmetered` names why the answer's counts are unknown (encoding,
     too_large, invalid_count, meter_error: metrics.UNMETERED_REASONS), else None.
+    `cached_input_tokens` / `cache_creation_input_tokens` (parts of `input_tokens`) and `reasoning_tokens` (part
+    of `output_tokens`) are None when the server did not report them; `cost` is the request's price in the
+    spec's `billing.currency` (inferwatch/billing.py), None when a count it needs is unknown or nothing is priced.
     """
 
     tenant: str
@@ -63,10 +73,14 @@ class Usage:
     error_code: int | str | None = None
     error_type: str | None = None
     unmetered: str | None = None
+    cached_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cost: float | None = None
 
     def __post_init__(self):
         # A record is written as JSON: a count that is not one (counts.py) must never reach the usage log.
-        for name in ("input_tokens", "output_tokens"):
+        for name in ("input_tokens", "output_tokens") + DETAIL_FIELDS:
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 0):
                 raise ValueError(f"Usage.{name} must be a non-negative int or None, not {value!r}")
@@ -84,7 +98,7 @@ class RequestMeter:
     __slots__ = ("series", "streamed", "clock", "started", "first_token_at", "last_token_at", "counted_tokens",
                  "exact_output_tokens", "input_tokens", "method", "upstream_started", "upstream_duration",
                  "finished", "unmetered", "error_code", "error_type", "_itl", "_itl_sum", "_itl_written",
-                 "_chunks", "_chunk_sum", "_first0", "_seqs")
+                 "_chunks", "_chunk_sum", "_first0", "_seqs", "details")
 
     def __init__(self, series: Series, streamed: bool, clock=time.perf_counter, started: float | None = None):
         self.series = series
@@ -110,6 +124,8 @@ class RequestMeter:
         self._chunk_sum = 0.0
         self._first0: float | None = None  # sequence 0's first token (last_token_at is its last)
         self._seqs: dict[int, list] | None = None  # sequence ≥ 1 → [first token at, last token at, tokens]
+        # Token types (DETAIL_FIELDS order) as the upstream's usage reported them; None: not reported.
+        self.details: list[int | None] | None = None  # allocated only when a server reports one
         series.in_flight.inc()
 
     def tokens(self, n: int, now: float | None = None, seq: int = 0, exact: bool = True) -> None:
@@ -195,6 +211,16 @@ class RequestMeter:
         self.exact_output_tokens = total
         self.method = method
 
+    def set_detail(self, index: int, count: int | None) -> None:
+        """Token type `index` (DETAIL_FIELDS) as the upstream's usage reports it (None: not reported, which
+        keeps an earlier report). `count` is already checked (counts.token_count)."""
+        if count is None or self.unmetered is not None:
+            return
+        details = self.details
+        if details is None:
+            details = self.details = [None, None, None]
+        details[index] = count
+
     def upstream_begin(self, now: float | None = None) -> None:
         self.upstream_started = self.clock() if now is None else now
 
@@ -246,6 +272,10 @@ class RequestMeter:
             s.add_tokens("output", out)
         if inputs:
             s.add_tokens("input", inputs)
+        details = self.details if self.unmetered is None else None
+        if details is not None:
+            s.add_details(details)
+        cost = s.add_cost(inputs, out, details)
         if self.method is not None:
             s.count_method(self.method)
         if outcome == "ok" and out:
@@ -257,7 +287,7 @@ class RequestMeter:
                     s.tpot.observe((self.last_token_at - self._first0) / (out - 1))
             elif self.streamed:
                 self._sequence_tpot()
-        return self.usage(outcome, code, duration)
+        return self.usage(outcome, code, duration, cost)
 
     def _sequence_tpot(self) -> None:
         """TPOT once per sequence of a several-choice request, over the tokens counted from its events (the
@@ -269,10 +299,11 @@ class RequestMeter:
             if count >= 2:
                 self.series.tpot.observe((last - first) / (count - 1))
 
-    def usage(self, outcome: str, code: int, duration: float) -> Usage:
+    def usage(self, outcome: str, code: int, duration: float, cost: float | None = None) -> Usage:
         """The request's billing record as the meter knows it now (finish's; also the record of a request
         whose metering failed, once stop_metering has made its counts unknown)."""
         tenant, model, tier = self.series.key
         inputs = None if self.unmetered is not None else self.input_tokens
+        details = self.details if self.unmetered is None and self.details is not None else (None, None, None)
         return Usage(tenant, model, tier, outcome, code, inputs, self.output_tokens, self.method, duration,
-                     self.error_code, self.error_type, self.unmetered)
+                     self.error_code, self.error_type, self.unmetered, details[0], details[1], details[2], cost)

@@ -14,8 +14,14 @@ whose TTFT threshold is not a bucket edge.
 from __future__ import annotations
 
 import http
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from inferwatch.billing import request_cost
+
+if TYPE_CHECKING:
+    from inferwatch.billing import Billing
 
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4,
                 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
@@ -29,6 +35,9 @@ OUTPUT_TOKENS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096
 TOKENS_PER_SECOND_BUCKETS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000, 10000)
 
 LABELS = ("tenant", "model", "tier")
+# Token types that are parts of gateway_tokens_total's input or output (gateway_token_details_total{type}), in
+# meter.DETAIL_FIELDS order: cached_input and cache_creation_input of input, reasoning of output.
+DETAIL_TYPES = ("cached_input", "cache_creation_input", "reasoning")
 OUTCOMES = ("ok", "error", "cancelled", "timeout")
 # How the output-token count of a request was obtained (gateway_token_count_method_total{method}).
 #   usage       – the upstream's OpenAI `usage` object (exact);
@@ -78,8 +87,9 @@ class GatewayMetrics:
     already folded to a bounded set (labels.LabelPolicy), so the cache is bounded too.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None):
+    def __init__(self, registry: CollectorRegistry | None = None, billing: "Billing | None" = None):
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.billing = billing
         r = self.registry
         self.requests = Counter("gateway_requests", "LLM requests seen by the gateway, by HTTP code and outcome "
                                 "(ok|error|cancelled|timeout).", LABELS + ("code", "outcome"), registry=r)
@@ -109,6 +119,18 @@ class GatewayMetrics:
                                            buckets=TOKENS_PER_SECOND_BUCKETS, registry=r)
         self.tokens = Counter("gateway_tokens", "Tokens metered (type=input|output), every outcome included: the "
                               "billing counter.", LABELS + ("type",), registry=r)
+        self.token_details = Counter("gateway_token_details", "Token types the upstream's usage reported, parts of "
+                                     "gateway_tokens_total (type=cached_input|cache_creation_input of input, "
+                                     "reasoning of output): never add them to it.", LABELS + ("type",), registry=r)
+        # Money has no Prometheus base unit and a spec has one currency: the unit is the `currency` label (ISO
+        # 4217), not a name suffix that would be wrong for every other currency (e.g. _dollars).
+        self.cost = Counter("gateway_cost", "Cost of the requests metered, in the currency label's units, from the "
+                            "spec's billing.prices per million tokens (inferwatch/billing.py); a request whose "
+                            "input or output count is unknown adds nothing and is counted in "
+                            "gateway_cost_unknown_requests_total.", LABELS + ("currency",), registry=r)
+        self.cost_unknown = Counter("gateway_cost_unknown_requests", "Requests whose cost is unknown: reason="
+                                    "unknown_tokens (an input or output count unknown) or no_price (a model "
+                                    "without a price).", ("model", "reason"), registry=r)
         # livesum: with --workers, the sum over live workers (a dead worker's requests are no longer in flight).
         self.in_flight = Gauge("gateway_requests_in_flight", "LLM requests in progress at the gateway.", LABELS,
                                registry=r, multiprocess_mode="livesum")
@@ -133,7 +155,8 @@ class Series:
     """Children of every family for one (tenant, model, tier): label lookups happen once, not per token."""
 
     __slots__ = ("metrics", "key", "duration", "upstream_duration", "ttft", "itl", "chunk_time", "tpot",
-                 "output_tokens", "tokens_per_second", "_tokens", "in_flight", "_requests", "_methods")
+                 "output_tokens", "tokens_per_second", "_tokens", "in_flight", "_requests", "_methods",
+                 "_details", "_rates", "_cost")
 
     def __init__(self, metrics: GatewayMetrics, key: tuple[str, str, str]):
         self.metrics = metrics
@@ -152,6 +175,42 @@ class Series:
         self._requests: dict[tuple, Counter] = {}
         self._methods: dict[str, Counter] = {}
         self.in_flight = metrics.in_flight.labels(*key)
+        self._details: list | None = None  # token-type children, created on a first report
+        # The model's per-token rates, looked up once per label set (billing.Price.rates); None: unpriced.
+        billing = metrics.billing
+        price = billing.prices.get(key[1]) if billing is not None and billing.enabled else None
+        self._rates = price.rates() if price is not None else None
+        self._cost = metrics.cost.labels(*key, billing.currency) if billing is not None and price is not None \
+            else None
+
+    def add_details(self, details: list) -> None:
+        """Add the reported token types ([cached_input, cache_creation_input, reasoning], None: not reported)."""
+        children = self._details
+        if children is None:
+            children = self._details = [None, None, None]
+        for i, n in enumerate(details):
+            if n:
+                child = children[i]
+                if child is None:
+                    child = children[i] = self.metrics.token_details.labels(*self.key, DETAIL_TYPES[i])
+                child.inc(n)
+
+    def add_cost(self, inputs: int | None, outputs: int | None, details) -> float | None:
+        """Add one request's cost (billing.request_cost) to gateway_cost_total and return it; None (and
+        counted in gateway_cost_unknown_requests_total) when it is unknown. Nothing when billing is off."""
+        billing = self.metrics.billing
+        if billing is None or not billing.enabled:
+            return None
+        rates, child = self._rates, self._cost
+        if rates is None or child is None:
+            self.metrics.cost_unknown.labels(self.key[1], "no_price").inc()
+            return None
+        cost = request_cost(rates, inputs, outputs, details) if any(rates) else 0.0  # a free model costs 0
+        if cost is None:
+            self.metrics.cost_unknown.labels(self.key[1], "unknown_tokens").inc()
+            return None
+        child.inc(cost)
+        return cost
 
     def count_request(self, code: int | str, outcome: str) -> None:
         key = (code, outcome)

@@ -2,7 +2,8 @@
 
 Stream (Anthropic docs, "Streaming Messages"; every event is `event: <type>` + `data: {"type": <type>, ...}`):
 - `message_start`: `message.usage.input_tokens` (plus `cache_creation_input_tokens` and
-  `cache_read_input_tokens` when present: all prompt tokens, as OpenAI's `prompt_tokens` counts cached ones);
+  `cache_read_input_tokens` when present: all prompt tokens, as OpenAI's `prompt_tokens` counts cached ones;
+  the two are also kept as the token types cache_creation_input and cached_input, parts of that sum);
 - `content_block_delta`: generated output when its `delta` has a non-empty field other than `type`
   (`text_delta` text, `thinking_delta` thinking, `input_json_delta` partial_json, and whatever comes next),
   except `signature_delta` and `citations_delta`, which carry no generated token; one chunk each of unknown
@@ -85,6 +86,8 @@ class MessagesEvents(MarkedReader):
         counts = [token_count(usage.get(name), f"usage.{name}") for name in INPUT_FIELDS]
         if counts[0] is not None:
             self.meter.input_tokens = sum(c for c in counts if c is not None)
+            self.meter.set_detail(1, counts[1])
+            self.meter.set_detail(0, counts[2])
         if outputs:
             out = token_count(usage.get("output_tokens"), "usage.output_tokens")
             if out is not None:

@@ -9,7 +9,8 @@ Stream (OpenAI API reference, "Streaming events"; every event is `event: <type>`
   the answer is one sequence;
 - the end: `response.completed` or `response.incomplete` (stopped at `max_output_tokens`, a whole answer as
   a `length` finish is) carry `response.usage` {`input_tokens`, `output_tokens`} (exact; output includes
-  reasoning tokens); `response.failed` ends it as an error with `response.error.code`;
+  reasoning tokens), with `input_tokens_details.cached_tokens` and `output_tokens_details.reasoning_tokens`
+  (parts of them) when the server reports them; `response.failed` ends it as an error with `response.error.code`;
 - errors: an `error` event `{"type": "error", "code", "message", "param"}` (protocols.py "Errors").
 A stream that ends without one of the three terminal events was truncated.
 
@@ -18,7 +19,7 @@ Not streamed: the Response object, `usage` as above, `status` "failed" with its 
 
 from __future__ import annotations
 
-from inferwatch.exporters.gateway.counts import token_count
+from inferwatch.exporters.gateway.counts import part_count, token_count
 from inferwatch.exporters.gateway.meter import RequestMeter
 from inferwatch.exporters.gateway.protocols import MarkedReader, is_error_doc, parse_json
 from inferwatch.exporters.gateway.sse import ErrorEvent
@@ -78,3 +79,7 @@ class ResponsesEvents(MarkedReader):
         outputs = token_count(usage.get("output_tokens"), "usage.output_tokens")
         if outputs is not None:
             self.meter.set_exact_output_tokens(outputs, "usage")
+        self.meter.set_detail(0, part_count(usage.get("input_tokens_details"), "cached_tokens", inputs,
+                                            "usage.input_tokens_details.cached_tokens"))
+        self.meter.set_detail(2, part_count(usage.get("output_tokens_details"), "reasoning_tokens", outputs,
+                                            "usage.output_tokens_details.reasoning_tokens"))

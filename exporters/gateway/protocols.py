@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import re
 
-from inferwatch.exporters.gateway.counts import cumulative_count, token_count
+from inferwatch.exporters.gateway.counts import cumulative_count, part_count, token_count
 from inferwatch.exporters.gateway.meter import RequestMeter
 from inferwatch.exporters.gateway.sse import ErrorEvent
 
@@ -359,11 +359,21 @@ class OpenAIEvents(Reader):
         Raises InvalidCount (counts.py) for a count that is not one."""
         if not isinstance(usage, dict):
             return None
+        meter = self.meter
         prompt = token_count(usage.get("prompt_tokens"), "usage.prompt_tokens")
         if prompt is not None:
-            self.meter.input_tokens = prompt
+            meter.input_tokens = prompt
         completion = cumulative_count(usage.get("completion_tokens"), self._usage_cumulative,
                                       "usage.completion_tokens")
         if completion is not None:
-            self.meter.set_exact_output_tokens(completion, "usage")
+            meter.set_exact_output_tokens(completion, "usage")
+        # Token types (docs/cost-and-budgets.md): parts of prompt_tokens / completion_tokens, when reported.
+        details = usage.get("prompt_tokens_details")
+        if details is not None:
+            meter.set_detail(0, part_count(details, "cached_tokens", prompt,
+                                           "usage.prompt_tokens_details.cached_tokens"))
+        details = usage.get("completion_tokens_details")
+        if details is not None:
+            meter.set_detail(2, part_count(details, "reasoning_tokens", completion,
+                                           "usage.completion_tokens_details.reasoning_tokens"))
         return completion
