@@ -17,7 +17,7 @@ from pathlib import Path
 from inferwatch.testing.process import ManagedProcess, StackError, free_port, http_ok
 
 INSTALL_HINT = "pip install 'nvidia-pytriton==0.7.0' (or: make test / make demo, which install it)"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_MODEL_REPOSITORY = REPO_ROOT / "examples" / "model_repository"
 
 

@@ -20,12 +20,12 @@ from inferwatch.demo.config import HOST, SIM_GPU_NODE, DemoConfig
 from inferwatch.testing.alertmanager import start_alertmanager
 from inferwatch.testing.process import ManagedProcess, StackError, http_ok
 from inferwatch.testing.prometheus import start_prometheus
-from inferwatch.testing.triton import EXAMPLE_MODEL_REPOSITORY, REPO_ROOT, start_triton
+from inferwatch.testing.triton import EXAMPLE_MODEL_REPOSITORY, start_triton
 
 log = logging.getLogger(__name__)
 
 # The simulated GPUs: two steady, healthy H100s (the GPU exporter's own baseline scenario).
-GPU_SIM_SCENARIO = REPO_ROOT / "exporters" / "gpu" / "scenarios" / "healthy.yaml"
+GPU_SIM_SCENARIO = Path(__file__).resolve().parents[1] / "exporters" / "gpu" / "scenarios" / "healthy.yaml"
 START_TIMEOUT_S = 120.0
 STOP_ORDER = ("prometheus", "alertmanager", "notifier", "gateway", "triton-collector", "gpu-exporter",
               "gpu-exporter-sim", "triton")

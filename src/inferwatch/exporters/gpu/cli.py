@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default auto)")
     p.add_argument("--sim-scenario", metavar="FILE", default=None,
                    help="scenario YAML for --nvml sim (values over time, faults); default: one steady "
-                        "healthy GPU. Examples in exporters/gpu/scenarios/")
+                        "healthy GPU. Examples in src/inferwatch/exporters/gpu/scenarios/")
     p.add_argument("--interval", default="5s", metavar="DURATION",
                    help="time between NVML collections, e.g. 5s, 500ms (default 5s)")
     p.add_argument("--hostname", default=None,

@@ -133,7 +133,7 @@ class Runbook:
 
 def default_runbook_dir() -> Path:
     """runbooks/ of the source tree this package runs from, else ./runbooks."""
-    here = Path(__file__).resolve().parents[2] / "runbooks"
+    here = Path(__file__).resolve().parents[3] / "runbooks"
     return here if here.is_dir() else Path("runbooks")
 
 
