@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import _start
-from inferwatch.notifier.alertmanager_config import PATH, outputs
-from inferwatch.notifier.webhook_size import LABEL_LIMIT, VALUE_LIMIT, max_alerts
+from inferwatch.deploy.alertmanager import PATH, outputs
+from inferwatch.deploy.webhook_size import LABEL_LIMIT, VALUE_LIMIT, max_alerts
 from inferwatch.spec import spec_from_dict
 from inferwatch.testing.alertmanager import start_alertmanager
 from notifier_support import metric, notifier_behind_alertmanager, wait_for

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from inferwatch.cli import main
-from inferwatch.notifier.routetable import effective_table
+from inferwatch.deploy.routetable import effective_table
 from inferwatch.rules.names import ALERTS
 from inferwatch.spec import load_spec, spec_from_dict
 

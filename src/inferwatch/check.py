@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from inferwatch.deploy.prometheus import unmatched_selectors
+from inferwatch.deploy.routecheck import check_routes
 from inferwatch.errors import UsageError
 from inferwatch.generate import render_all
-from inferwatch.notifier.routecheck import check_routes
-from inferwatch.rules.promconfig import unmatched_selectors
 from inferwatch.spec import DEFAULT_SPEC_PATH, load_spec
 from inferwatch.specload import SpecError
 
@@ -45,7 +45,7 @@ def unresolved_secrets(spec) -> list[str]:
 def missing_alertmanager_files(spec) -> list[str]:
     """'field: why' for every secret file the generated Alertmanager configuration reads that is not readable
     here (they usually live only where Alertmanager runs, so this is a warning)."""
-    from inferwatch.notifier.alertmanager_config import secret_files
+    from inferwatch.deploy.alertmanager import secret_files
 
     out = []
     for name, (path, what) in secret_files(spec).items():
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     for warning in unmatched_selectors(spec):
         print(f"warning: {warning}", file=sys.stderr)
     # Declared tenants that the generated Kubernetes gateway would bill `other` (it trusts only loopback there).
-    from inferwatch.kubernetes.tenancy import findings as tenant_trust_findings
+    from inferwatch.deploy.kubernetes.tenancy import findings as tenant_trust_findings
 
     for trust in tenant_trust_findings(spec):
         print(f"warning: {trust}", file=sys.stderr)
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return _live(spec, args.prometheus, args.alertmanager)
     if getattr(args, "alertmanager", None):
         raise UsageError("--alertmanager needs --prometheus (the check reads where Prometheus sends alerts)")
-    from inferwatch.notifier.routetable import effective_table, render
+    from inferwatch.deploy.routetable import effective_table, render
 
     print("\nWhere each alert goes (Alertmanager's tree, then the notifier's routes):")
     print(render(effective_table(spec)))

@@ -24,14 +24,14 @@ log = logging.getLogger(__name__)
 # "module:function" entries; each returns {relative path: text}. Order only matters for the log.
 GENERATORS: list[str] = [
     "inferwatch.rules.generate:outputs",  # rules/generated/*.yml, PrometheusRule, deploy/prometheus/prometheus.yml
-    "inferwatch.notifier.alertmanager_config:outputs",  # deploy/alertmanager/alertmanager.yml
+    "inferwatch.deploy.alertmanager:outputs",  # deploy/alertmanager/alertmanager.yml
     "inferwatch.dashboards.generate:outputs",  # dashboards/generated/*.json (Grafana 11+)
-    "inferwatch.compose:outputs",  # deploy/compose/{prometheus,alertmanager}.yml for docker-compose.yml
-    "inferwatch.kubernetes.generate:outputs",  # deploy/kubernetes/ kustomize base (prometheusrule.yaml: rules)
-    "inferwatch.central:outputs",  # deploy/central/ edge and vmalert configuration (spec central_store)
-    "inferwatch.kubernetes.clusters:generated",  # Prometheus CR patch (cluster), vmalert on Kubernetes (central)
+    "inferwatch.deploy.compose:outputs",  # deploy/compose/{prometheus,alertmanager}.yml for docker-compose.yml
+    "inferwatch.deploy.kubernetes.generate:outputs",  # deploy/kubernetes/ kustomize base (prometheusrule.yaml: rules)
+    "inferwatch.deploy.central:outputs",  # deploy/central/ edge and vmalert configuration (spec central_store)
+    "inferwatch.deploy.kubernetes.clusters:generated",  # Prometheus CR patch (cluster), vmalert on Kubernetes (central)
     "inferwatch.specdoc:outputs",  # docs/spec-reference.md: every spec field, its type, default and meaning
-    "inferwatch.gates.generate:outputs",  # deploy/kubernetes/gates/: Argo, Flagger and KEDA objects (component)
+    "inferwatch.deploy.gates.generate:outputs",  # deploy/kubernetes/gates/: Argo, Flagger and KEDA objects (component)
 ]
 
 

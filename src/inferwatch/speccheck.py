@@ -130,7 +130,7 @@ def for_findings(spec: Spec) -> list[Finding]:
 def route_findings(spec: Spec) -> list[Finding]:
     """Every alert × severity that reaches no channel (refused) and every critical one that reaches no paging
     channel while the spec declares one (warned)."""
-    from inferwatch.notifier.routetable import effective_table
+    from inferwatch.deploy.routetable import effective_table
 
     if not spec.channels:
         return []  # a spec that declares no channel (rules and dashboards only) routes nothing on purpose

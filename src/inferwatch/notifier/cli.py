@@ -102,12 +102,12 @@ def _routes_test(spec, args) -> int:
     """Where an alert with these labels goes: first Alertmanager's routing tree as `inferwatch generate` writes
     it for this spec (an alert it sends to another receiver never reaches the notifier), then, for the
     receivers that post to the notifier, the notifier's own routes."""
+    from inferwatch.deploy.alertmanager import config as alertmanager_config
     from inferwatch.notifier import amtree
-    from inferwatch.notifier.alertmanager_config import config as alertmanager_config
     from inferwatch.notifier.routing import Router, parse_label_args
 
     if getattr(args, "all_alerts", False):
-        from inferwatch.notifier.routetable import effective_table, render
+        from inferwatch.deploy.routetable import effective_table, render
 
         print(render(effective_table(spec)))
         return 0

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import yaml
 
+from inferwatch.deploy.prometheus import config_path, prometheus_configs
 from inferwatch.rules import centralstore, engine, gpu, ha, llm, notifier, rulehealth, triton
 from inferwatch.rules.cluster import keep_label
 from inferwatch.rules.model import Alert, Group
 from inferwatch.rules.names import ALERTS
-from inferwatch.rules.promconfig import config_path, prometheus_configs
 from inferwatch.rules.validate import validate
 from inferwatch.spec import Spec
 

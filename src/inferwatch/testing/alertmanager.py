@@ -73,7 +73,7 @@ def start_alertmanager_cluster(workdir: Path, config_path: Path, spec, *, timeou
                                ) -> list[AlertmanagerServer]:
     """Start every peer of `spec.ha.alertmanager` (loopback addresses) with the same configuration and wait
     until each sees all of them. Raises StackError (stopping what started) when the cluster does not form."""
-    from inferwatch.notifier.alertmanager_config import peer_flags
+    from inferwatch.deploy.alertmanager import peer_flags
 
     peers = spec.ha.alertmanager_peers()
     servers: list[AlertmanagerServer] = []

@@ -20,7 +20,7 @@ import dataclasses
 import re
 from collections import Counter, defaultdict
 
-from inferwatch.notifier.alertmanager_config import _with_severity
+from inferwatch.deploy.alertmanager import _with_severity
 from inferwatch.notifier.routing import Router
 from inferwatch.spec import Spec
 

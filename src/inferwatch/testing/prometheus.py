@@ -96,7 +96,7 @@ def start_prometheus_replicas(workdir: Path, config_dir: Path, spec, *, timeout:
                               extra_args: list[str] | None = None) -> dict[str, PrometheusServer]:
     """Start every replica of `spec.ha.prometheus` (loopback addresses) with its generated configuration
     `<config_dir>/prometheus-<name>.yml`, each with its own TSDB; {replica name: server}."""
-    from inferwatch.rules.promconfig import config_path
+    from inferwatch.deploy.prometheus import config_path
 
     servers: dict[str, PrometheusServer] = {}
     try:

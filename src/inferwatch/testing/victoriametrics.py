@@ -1,5 +1,5 @@
 """Real VictoriaMetrics, vmagent and vmalert (Debian package `victoria-metrics`) on loopback, for tests and
-benchmarks of the central-store topology (inferwatch.central).
+benchmarks of the central-store topology (inferwatch.deploy.central).
 
 VictoriaMetrics runs with `-search.latencyOffset` shortened from its 30 s default (samples younger than it are
 hidden from queries, for complete last points in production) so that a test sees a sample seconds after it was
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from inferwatch.central import edge_command, vmalert_command
+from inferwatch.deploy.central import edge_command, vmalert_command
 from inferwatch.spec import Spec
 from inferwatch.testing.process import ManagedProcess, StackError, free_port, http_ok, require_binary
 
@@ -90,7 +90,7 @@ def start_victoria_metrics(workdir: Path, *, port: int | None = None, latency_of
 def start_edge(workdir: Path, spec: Spec, config_path: Path, *, extra_args: list[str] | None = None,
                timeout: float = 60.0) -> Managed:
     """The cluster's edge as the spec names it (`central_store.edge`), with the generated command line
-    (inferwatch.central.edge_command) on a free loopback port."""
+    (inferwatch.deploy.central.edge_command) on a free loopback port."""
     port = free_port()
     argv = edge_command(spec, str(config_path), str(Path(workdir) / f"{spec.central_store.edge}-data"))
     argv[0] = require_binary(argv[0], INSTALL_HINT if argv[0] == "vmagent" else "apt-get install -y prometheus")
@@ -110,7 +110,7 @@ def start_edge(workdir: Path, spec: Spec, config_path: Path, *, extra_args: list
 
 def start_vmalert(workdir: Path, spec: Spec, rule_files: str, *, extra_args: list[str] | None = None,
                   timeout: float = 60.0) -> Managed:
-    """vmalert with the generated command line (inferwatch.central.vmalert_command) on a free loopback port;
+    """vmalert with the generated command line (inferwatch.deploy.central.vmalert_command) on a free loopback port;
     recorded series are flushed every second (default 5 s) so a test reads them soon."""
     port = free_port()
     argv = vmalert_command(spec, rule_files)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import re
 
-from inferwatch.kubernetes.specfile import cluster_spec, notifier_url, secret_refs
-from inferwatch.kubernetes.workloads import COMPONENTS, NOTIFIER_SECRET, metadata, selector_labels
-from inferwatch.notifier import alertmanager_config
-from inferwatch.notifier.webhook_size import scrape_limits
-from inferwatch.rules.promconfig import FEDERATED_ALERTS, FEDERATION_INSTANCE, job_name
+from inferwatch.deploy import alertmanager as alertmanager_config
+from inferwatch.deploy.kubernetes.specfile import cluster_spec, notifier_url, secret_refs
+from inferwatch.deploy.kubernetes.workloads import COMPONENTS, NOTIFIER_SECRET, metadata, selector_labels
+from inferwatch.deploy.prometheus import FEDERATED_ALERTS, FEDERATION_INSTANCE, job_name
+from inferwatch.deploy.webhook_size import scrape_limits
 from inferwatch.spec import Spec
 
 MONITORING = "monitoring.coreos.com/v1"

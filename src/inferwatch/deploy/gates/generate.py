@@ -13,7 +13,7 @@ Registered in `inferwatch generate`, so `--check` fails when a file is stale."""
 
 from __future__ import annotations
 
-from inferwatch.gates import objects
+from inferwatch.deploy.gates import objects
 from inferwatch.rules.generate import HEADER, dump
 from inferwatch.spec import Spec
 

@@ -96,7 +96,7 @@ def alert_bound(spec: Spec, rule: dict) -> int:
 def group_labels_bound(spec: Spec) -> int:
     """Bytes of `groupLabels`: the labels of the longest `group_by` of the generated routes (every label of an
     alert where a route groups by `...`)."""
-    from inferwatch.notifier.alertmanager_config import config
+    from inferwatch.deploy.alertmanager import config
 
     def walk(route):
         yield route.get("group_by", [])

@@ -15,8 +15,8 @@ from pathlib import PurePosixPath
 import yaml
 
 from inferwatch.dashboards.generate import outputs as dashboard_outputs
-from inferwatch.kubernetes import monitoring, workloads
-from inferwatch.kubernetes.specfile import SPEC_PATH, cluster_spec, secret_refs, to_data, triton_url
+from inferwatch.deploy.kubernetes import monitoring, workloads
+from inferwatch.deploy.kubernetes.specfile import SPEC_PATH, cluster_spec, secret_refs, to_data, triton_url
 from inferwatch.rules.generate import HEADER, PROMETHEUS_RULE, dump
 from inferwatch.spec import Spec
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
+from inferwatch.deploy.webhook_size import scrape_limits
 from inferwatch.exporters.triton.scrape import scrape_configs as triton_scrape_configs
-from inferwatch.notifier.webhook_size import scrape_limits
 from inferwatch.selectors import DEFAULT_JOBS, Selector
 from inferwatch.spec import Spec, SpecError
 

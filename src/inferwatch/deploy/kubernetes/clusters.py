@@ -8,14 +8,14 @@ the kustomize base, not into it (they change objects inferwatch does not own, or
   (or the chart's `prometheus.prometheusSpec.externalLabels` / `remoteWrite` values, the same fields);
 - with a central store, deploy/central/kubernetes.yaml: vmalert (Deployment, the generated rule files as a
   ConfigMap) evaluating the rules on VictoriaMetrics (`central_store.url`, run by its own chart or operator)
-  and notifying Alertmanager, with the command line of inferwatch.central.
+  and notifying Alertmanager, with the command line of inferwatch.deploy.central.
 """
 
 from __future__ import annotations
 
-from inferwatch.central import vmalert_command
-from inferwatch.kubernetes.specfile import cluster_spec
-from inferwatch.kubernetes.workloads import metadata
+from inferwatch.deploy.central import vmalert_command
+from inferwatch.deploy.kubernetes.specfile import cluster_spec
+from inferwatch.deploy.kubernetes.workloads import metadata
 from inferwatch.rules.generate import RULES_DIR
 from inferwatch.spec import Spec
 

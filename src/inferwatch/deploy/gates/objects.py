@@ -1,5 +1,5 @@
 """The gate and scaler objects (plain dicts, as the Kubernetes API takes them) from the queries of
-`inferwatch.gates.queries`:
+`inferwatch.deploy.gates.queries`:
 
 - Argo Rollouts `AnalysisTemplate` (argoproj.io/v1alpha1), one per way a canary exists: `versions` (args
   `model`, `canary-version`, `stable-version`) and `pods` (args `model`, `canary-hash`, `stable-hash`, which a
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 
-from inferwatch.gates import queries
-from inferwatch.gates.queries import POD_TAIL
-from inferwatch.kubernetes.specfile import cluster_spec
+from inferwatch.deploy.gates import queries
+from inferwatch.deploy.gates.queries import POD_TAIL
+from inferwatch.deploy.kubernetes.specfile import cluster_spec
 from inferwatch.rules.builders import num
 from inferwatch.spec import Duration, Spec
 

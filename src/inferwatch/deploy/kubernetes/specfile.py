@@ -15,7 +15,7 @@ import re
 import typing
 from typing import Any
 
-from inferwatch.kubernetes.tenancy import pod_trusted_proxies
+from inferwatch.deploy.kubernetes.tenancy import pod_trusted_proxies
 from inferwatch.spec import Spec, TritonTarget
 from inferwatch.specload import Duration, Secret
 
@@ -37,7 +37,7 @@ def notifier_url(spec: Spec) -> str:
 def notifier_pods(spec: Spec) -> list[str]:
     """Each notifier replica's own address (StatefulSet pod DNS through the headless Service), for the
     replicas to ask each other (notifier/replicas.py); none with one replica."""
-    from inferwatch.kubernetes.workloads import notifier_replicas
+    from inferwatch.deploy.kubernetes.workloads import notifier_replicas
 
     n = notifier_replicas(spec)
     ns = spec.prometheus.kubernetes_namespace
@@ -70,7 +70,7 @@ def cluster_spec(spec: Spec) -> Spec:
         notifier=notifier_url(spec), gpu_exporters=[], triton_collectors=[], gateways=[],
         notifiers=notifier_pods(spec))
     notifier = dataclasses.replace(spec.notifier, data_dir=OUTBOX_DIR)
-    # The gateway's peer is the ingress controller's pod, never loopback (inferwatch.kubernetes.tenancy).
+    # The gateway's peer is the ingress controller's pod, never loopback (inferwatch.deploy.kubernetes.tenancy).
     gateway = dataclasses.replace(spec.gateway, tenant_trusted_proxies=pod_trusted_proxies(spec))
     return with_references(dataclasses.replace(spec, targets=targets, notifier=notifier, gateway=gateway))
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import yaml
 
-from inferwatch.notifier import webhook_size
+from inferwatch.deploy import webhook_size
 from inferwatch.rules.names import ALERTS
 from inferwatch.spec import LAYERS, Spec
 

@@ -56,8 +56,8 @@ def _may_match(matchers, labels: dict[str, str]) -> bool:
 
 def effective_table(spec: Spec) -> list[Row]:
     """Rows in rule order. Raises SpecError where the rules cannot be generated for `spec`."""
+    from inferwatch.deploy.alertmanager import config as alertmanager_config
     from inferwatch.notifier import amtree
-    from inferwatch.notifier.alertmanager_config import config as alertmanager_config
     from inferwatch.notifier.routing import Router
 
     am = alertmanager_config(spec)

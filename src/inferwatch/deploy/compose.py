@@ -21,10 +21,10 @@ import json
 
 import yaml
 
-from inferwatch.kubernetes.specfile import to_data, with_references
-from inferwatch.notifier import alertmanager_config
+from inferwatch.deploy import alertmanager as alertmanager_config
+from inferwatch.deploy.kubernetes.specfile import to_data, with_references
+from inferwatch.deploy.prometheus import config_path, prometheus_configs
 from inferwatch.rules.generate import HEADER, dump
-from inferwatch.rules.promconfig import config_path, prometheus_configs
 from inferwatch.spec import AlertmanagerPeer, ExporterTarget, HighAvailability, PrometheusReplica, Spec, TritonTarget
 
 OUT_DIR = "deploy/compose"
@@ -110,10 +110,10 @@ def central_outputs(spec: Spec) -> dict[str, str]:
     VictoriaMetrics, this cluster's vmagent (scraping the compose targets, deploy/compose/edge-scrape.yml) and
     vmalert (the rules, notifying the compose Alertmanager), and the store's watcher (store-watcher, a
     Prometheus from deploy/compose/watch-prometheus.yml paging on the store's own faults), with
-    inferwatch.central's command lines:
+    inferwatch.deploy.central's command lines:
     `docker compose -f docker-compose.yml -f deploy/compose/central.yml up`. Grafana can then use
     http://victoria-metrics:8428 as its Prometheus data source."""
-    from inferwatch.central import edge_command, edge_scrape_config, vmalert_command, watch_prometheus_config
+    from inferwatch.deploy.central import edge_command, edge_scrape_config, vmalert_command, watch_prometheus_config
 
     if not spec.central_store.enabled:
         return {}
@@ -135,7 +135,7 @@ def central_outputs(spec: Spec) -> dict[str, str]:
                     "command": vmalert_command(cs, "/etc/vmalert/rules/*.yml")[1:],
                     "volumes": ["./rules/generated:/etc/vmalert/rules:ro"],
                     "depends_on": ["victoria-metrics", "alertmanager"]},
-        # The store's watcher (inferwatch.central): pages when the store, vmagent or vmalert fails.
+        # The store's watcher (inferwatch.deploy.central): pages when the store, vmagent or vmalert fails.
         "store-watcher": {"image": PROMETHEUS_IMAGE, "restart": "unless-stopped",
                           "command": ["--config.file=/etc/prometheus/watch-prometheus.yml",
                                       "--storage.tsdb.path=/prometheus", "--storage.tsdb.retention.time=1d"],

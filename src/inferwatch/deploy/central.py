@@ -12,7 +12,7 @@ back, and notifies Alertmanager. Grafana reads VictoriaMetrics as a Prometheus d
 The edge writes `<cluster.label>=<cluster.name>` on every sample (vmagent `-remoteWrite.label`, Prometheus
 `external_labels`), so the store's series carry it and the rules, which keep it through every aggregation
 (`inferwatch.rules.cluster`), alert per cluster. The scrape jobs are the ones deploy/prometheus/prometheus.yml
-holds (`inferwatch.rules.promconfig.scrape_jobs`). Generated only when `central_store.url` is set:
+holds (`inferwatch.deploy.prometheus.scrape_jobs`). Generated only when `central_store.url` is set:
 deploy/central/edge-scrape.yml (vmagent) or edge-prometheus.yml (Prometheus in agent mode) and
 commands.yaml, the command line of each process; `edge_command`/`vmalert_command` give the same argument
 lists to the compose and Kubernetes outputs and to the test launchers (inferwatch/testing/victoriametrics.py).
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
+from inferwatch.deploy.prometheus import alertmanager_addresses, scrape_jobs, with_selector
 from inferwatch.rules.generate import HEADER, dump
-from inferwatch.rules.promconfig import alertmanager_addresses, scrape_jobs, with_selector
 from inferwatch.spec import Spec
 
 OUT_DIR = "deploy/central"
@@ -91,7 +91,7 @@ def watch_jobs(spec: Spec) -> list[tuple[str, dict]]:
     """(source, scrape job) of the store's watcher: VictoriaMetrics (the host of `central_store.url`), vmalert
     (`central_store.vmalert`) and, with a vmagent edge, this cluster's vmagent (`central_store.edge_address`,
     labelled with the cluster's name so its alerts name the cluster). Each job is named and labelled so that
-    the spec's selector of its source picks it (inferwatch.rules.promconfig.with_selector)."""
+    the spec's selector of its source picks it (inferwatch.deploy.prometheus.with_selector)."""
     c = spec.central_store
     store = urlparse(c.url)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 
-from inferwatch.kubernetes.specfile import NOTIFIER_PORT, OUTBOX_DIR, SPEC_DIR, SPEC_PATH, SecretRefs
+from inferwatch.deploy.kubernetes.specfile import NOTIFIER_PORT, OUTBOX_DIR, SPEC_DIR, SPEC_PATH, SecretRefs
 from inferwatch.spec import Spec
 
 PART_OF = "inferwatch"
