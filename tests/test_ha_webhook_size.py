@@ -1,5 +1,5 @@
 """A group larger than the notifier takes in one body is never refused: the generated webhook config sends at
-most `max_alerts` (notifier/webhook_size.py), so the body of the largest alerts the generated scrape limits let
+most `max_alerts` (deploy/webhook_size.py), so the body of the largest alerts the generated scrape limits let
 through fits `notifier.max_body_bytes`, and the message counts the rest as "N more not included". Through the
 real Alertmanager, for label values at the limit made of what Go's JSON encoder writes longest (`<` as
 \\u003c), control characters, multi-byte UTF-8 and plain ASCII, and for the reported case: a storm group of

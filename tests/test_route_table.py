@@ -1,4 +1,4 @@
-"""The effective routing table (`notifier/routetable.py`): every alert × severity × window of the generated
+"""The effective routing table (`deploy/routetable.py`): every alert × severity × window of the generated
 rules → channels, escalation and the inhibitions that can silence it, for the shipped spec and for a spec
 without routes (the notifier's defaults); and `inferwatch notifier routes test --all` prints it."""
 

@@ -199,17 +199,17 @@ class BoundedServer:
     def start(self) -> "BoundedServer":
         started = threading.Event()
         errors: list[BaseException] = []
-        self._loop = asyncio.new_event_loop()
+        loop = self._loop = asyncio.new_event_loop()
 
         def run() -> None:
             try:
-                self._loop.run_until_complete(self._start())
+                loop.run_until_complete(self._start())
             except BaseException as exc:  # noqa: BLE001 - reported to the caller of start()
                 errors.append(exc)
                 started.set()
                 return
             started.set()
-            self._loop.run_forever()
+            loop.run_forever()
 
         self._thread = threading.Thread(target=run, name=f"{self.name}-http", daemon=True)
         self._thread.start()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -245,7 +246,7 @@ def build(tp: Any, value: Any, path: str = "") -> Any:
                 continue
             out[build(key_tp, k, _join(path, k))] = build(item, v, _join(path, k))
         return out
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build_dataclass(tp, value, path)
     raise TypeError(f"unsupported spec field type {tp!r} at {path}")
 
@@ -289,7 +290,7 @@ def field(default: Any = dataclasses.MISSING, *, key: str | None = None, doc: st
     if key:
         metadata["key"] = key
     if isinstance(default, (list, dict)):
-        return dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d), metadata=metadata, **kw)
+        return dataclasses.field(default_factory=functools.partial(copy.deepcopy, default), metadata=metadata, **kw)
     if isinstance(default, type) and dataclasses.is_dataclass(default):
         return dataclasses.field(default_factory=default, metadata=metadata, **kw)
     return dataclasses.field(default=default, metadata=metadata, **kw)

@@ -13,6 +13,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import requests
 
@@ -34,7 +35,7 @@ class TrafficStats:
 
 
 def classifier_body(batch: int = 1, fail: float = 0.0) -> dict:
-    body = {"inputs": [{"name": "INPUT", "shape": [batch, 16], "datatype": "FP32",
+    body: dict[str, Any] = {"inputs": [{"name": "INPUT", "shape": [batch, 16], "datatype": "FP32",
                         "data": [random.random() for _ in range(batch * 16)]}]}
     if fail:
         body["parameters"] = {"fail": fail}

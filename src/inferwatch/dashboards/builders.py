@@ -19,6 +19,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
+    DashboardLinkType,
     DataSourceRef,
     DataTransformerConfig,
     Threshold,
@@ -54,7 +55,7 @@ def dashboard(key: str, description: str) -> db.Dashboard:
             .refresh("30s").time("now-3h", "now").timezone("browser")
             .tooltip(DashboardCursorSync.CROSSHAIR)
             .with_variable(db.DatasourceVariable("datasource").label("Data source").type("prometheus"))
-            .link(db.DashboardLink("inferwatch").type("dashboards").tags(TAGS).as_dropdown(True)
+            .link(db.DashboardLink("inferwatch").type(DashboardLinkType.DASHBOARDS).tags(TAGS).as_dropdown(True)
                   .include_vars(True).keep_time(True)))
 
 

@@ -55,6 +55,8 @@ def with_cluster(data: dict, label: str) -> dict:
     for var in variables:
         if var.get("type") == "query":
             m = _LABEL_VALUES.match(var["query"])
+            if m is None:
+                raise ValueError(f"dashboard variable {var.get('name')!r}: query is not label_values(...)")
             var["query"] = f"label_values({select(m.group(1), matcher)}, {m.group(2)})"
             if "definition" in var:
                 var["definition"] = var["query"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import yaml
 
@@ -61,18 +62,22 @@ def replica_service(base: str, index: int) -> str:
 def _ha(spec: Spec) -> HighAvailability:
     """The spec's replicas at their compose addresses."""
     h = spec.ha
-    prometheus = [PrometheusReplica(f"{prometheus_service(spec, i)}:{SERVICES['prometheus']}", r.name)
-                  for i, r in enumerate(h.prometheus_replicas())]
+    prometheus: list[str | PrometheusReplica] = [
+        PrometheusReplica(f"{prometheus_service(spec, i)}:{SERVICES['prometheus']}", r.name)
+        for i, r in enumerate(h.prometheus_replicas())]
     names = [replica_service("alertmanager", i) for i in range(len(h.alertmanager))]
-    peers = [AlertmanagerPeer(f"{n}:{SERVICES['alertmanager']}", f"{n}:{CLUSTER_PORT}") for n in names]
+    peers: list[str | AlertmanagerPeer] = [AlertmanagerPeer(f"{n}:{SERVICES['alertmanager']}", f"{n}:{CLUSTER_PORT}")
+                                           for n in names]
     return dataclasses.replace(h, prometheus=prometheus, alertmanager=peers)
 
 
 def compose_spec(spec: Spec) -> Spec:
     """`spec` with compose addresses and container paths; everything else untouched."""
-    notifiers = [ExporterTarget(f"{replica_service('notifier', i)}:{SERVICES['notifier']}", NODE)
-                 for i in range(spec.ha.notifier_replicas)]
+    notifiers: list[str | ExporterTarget] = [ExporterTarget(f"{replica_service('notifier', i)}:{SERVICES['notifier']}",
+                                                            NODE) for i in range(spec.ha.notifier_replicas)]
     webhook = f"{WEBHOOK_ALIAS}:{SERVICES['notifier']}" if spec.ha.notifier_replicas > 1 else _addr("notifier")
+    kept_interval: dict[str, Any] = ({"metrics_interval_ms": spec.targets.triton[0].metrics_interval_ms}
+                                     if spec.targets.triton else {})
     targets = dataclasses.replace(
         spec.targets,
         prometheus=f"http://{_addr('prometheus')}", alertmanager=f"http://{_addr('alertmanager')}",
@@ -80,8 +85,7 @@ def compose_spec(spec: Spec) -> Spec:
         # The user's Triton runs with its own --metrics-interval-ms: keep it, or `check` would judge the
         # scrape interval against Triton's default instead.
         triton=[TritonTarget(name=TRITON_NAME, url="http://triton:8000", metrics_url="http://triton:8002/metrics",
-                             node=NODE, **({"metrics_interval_ms": spec.targets.triton[0].metrics_interval_ms}
-                                           if spec.targets.triton else {}))],
+                             node=NODE, **kept_interval)],
         gpu_exporters=[ExporterTarget(_addr("gpu-exporter"), NODE)],
         triton_collectors=[_addr("triton-collector")],
         gateways=[ExporterTarget(_addr("gateway"), NODE)],

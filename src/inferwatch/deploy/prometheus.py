@@ -114,7 +114,7 @@ def prometheus_config(spec: Spec) -> dict:
 
 
 def with_limits(source: str, job: dict) -> dict:
-    """`job` (of `source`) with the label limits that bound every alert's size (notifier/webhook_size.py):
+    """`job` (of `source`) with the label limits that bound every alert's size (deploy/webhook_size.py):
     Prometheus fails a scrape whose series exceed them instead of storing labels no webhook could carry."""
     return {**job, **scrape_limits(federation=source == "prometheus_alerts")}
 
@@ -141,6 +141,7 @@ def self_monitoring_jobs(spec: Spec) -> list[tuple[str, dict]]:
     keeps the alerts' own labels), under their default job names (scrape_jobs applies the selectors)."""
     label = spec.ha.replica_label
     prometheus = prometheus_addresses(spec)
+    jobs: list[tuple[str, dict]]
     jobs = [("alertmanager", {"job_name": DEFAULT_JOBS["alertmanager"], "metrics_path": "/metrics",
                               "static_configs": [_static(a) for a in alertmanager_addresses(spec)]}),
             ("prometheus", {"job_name": DEFAULT_JOBS["prometheus"], "metrics_path": "/metrics",

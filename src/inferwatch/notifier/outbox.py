@@ -562,7 +562,10 @@ class Outbox:
                        "finished_at=NULL WHERE id=?", (now, now, delivery_id))
 
         self._write("record", write)
-        return self.get(delivery_id)
+        delivery = self.get(delivery_id)
+        if delivery is None:  # the row was there inside the write; only a concurrent delete removes it
+            raise KeyError(delivery_id)
+        return delivery
 
     def counts(self) -> dict[str, int]:
         rows = self._db().execute("SELECT state, COUNT(*) AS n FROM deliveries GROUP BY state").fetchall()

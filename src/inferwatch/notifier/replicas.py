@@ -116,9 +116,12 @@ class Peers:
         return sorted(skip)
 
     async def _ask(self, url: str, body: dict, path: str = CHECK_PATH, timeout: float | None = None) -> dict | None:
+        session = self._session
+        if session is None:  # closed (or never opened): no peer can be asked
+            return None
         try:
-            kwargs = {"timeout": aiohttp.ClientTimeout(total=timeout)} if timeout else {}
-            async with self._session.post(url + path, json=body, headers=self.headers, **kwargs) as resp:
+            limit = aiohttp.ClientTimeout(total=timeout) if timeout else session.timeout
+            async with session.post(url + path, json=body, headers=self.headers, timeout=limit) as resp:
                 if resp.status != 200:
                     return None
                 answer = await resp.json()

@@ -35,6 +35,7 @@ from inferwatch.errors import UsageError
 from inferwatch.loops import close_stopped_loop
 from inferwatch.notifier import integrity
 from inferwatch.notifier.channels import build_channel
+from inferwatch.notifier.channels.base import Channel
 from inferwatch.notifier.committer import GroupCommitter
 from inferwatch.notifier.exposition import metrics_handler
 from inferwatch.notifier.intake import plan
@@ -124,7 +125,7 @@ class NotifierService:
         self._probe_ok = self.outbox.probe(self.probe_bytes)  # the last readiness probe's result
         self.router = Router(spec)
         check_channel_secrets(spec)
-        self.channels = {name: build_channel(name, c) for name, c in spec.channels.items()}
+        self.channels: dict[str, Channel] = {name: build_channel(name, c) for name, c in spec.channels.items()}
         self.metrics = NotifierMetrics(list(self.channels), self.outbox)
         self.metrics.registry.register(integrity.LossCollector(self.outbox._db()))
         enrich = {i: (r.enrich, r.enrich_timeout.seconds) for i, r in enumerate(self.router.routes) if r.enrich}
@@ -155,7 +156,7 @@ class NotifierService:
         out = []
         if s.bearer_token is not None:
             out.append("Bearer " + s.bearer_token.reveal())
-        if s.basic_auth_user:
+        if s.basic_auth_user and s.basic_auth_password is not None:  # the spec requires the pair
             pair = f"{s.basic_auth_user}:{s.basic_auth_password.reveal()}".encode("utf-8")
             out.append("Basic " + base64.b64encode(pair).decode("ascii"))
         return out
@@ -269,12 +270,12 @@ class NotifierService:
                 self._log.log(f"unrouted:{message.group_key}", logging.WARNING, "no route matched %s (labels %s): "
                               "sent to the catch-all %s", message.group_key, message.labels,
                               ", ".join(p.channel for p in planned) or "(resolved: nothing to say)")
-        body = {"status": "accepted", "deliveries": len(ids)}
+        answer: dict[str, object] = {"status": "accepted", "deliveries": len(ids)}
         if waiting is not None:
-            body["delivered"] = await self._delivered(waiting)
+            answer["delivered"] = await self._delivered(waiting)
         if unrouted:
-            body["unrouted"] = True
-        return web.json_response(body)
+            answer["unrouted"] = True
+        return web.json_response(answer)
 
     async def _replica_verdict(self, message) -> Verdict:
         """What this replica's outbox and its peers know of `message` (see replicas.py)."""
@@ -517,7 +518,7 @@ class NotifierService:
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._runner is not None:
+        if self._loop is not None and self._runner is not None and self._thread is not None:
             asyncio.run_coroutine_threadsafe(self._stop_http(), self._loop).result(15)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(15)

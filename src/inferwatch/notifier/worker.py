@@ -105,8 +105,9 @@ class DeliveryWorker:
         self._enrich_log = ConditionLog(log)
         self._enrichers: dict[str, Callable] = {}
         self.recorder = OutcomeRecorder(outbox, metrics, on_written=self.wake)
-        if getattr(metrics, "outbox_collector", None) is not None:
-            metrics.outbox_collector.recorder = self.recorder  # outbox_due leaves out sent, unrecorded rows
+        collector = getattr(metrics, "outbox_collector", None)
+        if collector is not None:
+            collector.recorder = self.recorder  # outbox_due leaves out sent, unrecorded rows
         self._send_s: dict[str, float] = {}  # running average of each channel's send time (seconds)
         self._errors = ConditionLog(log)
         self.sender = make_sender(spec, channels)
@@ -217,7 +218,7 @@ class DeliveryWorker:
             batches = [[r for r in self.outbox.due(name, now, MAX_DIGEST_ROWS, exclude=exclude)
                         if r.group_key not in busy_groups]]
         else:  # one group per message, several groups in flight, never two messages of one group
-            firsts = {}
+            firsts: dict[str, Delivery] = {}
             for r in rows:
                 firsts.setdefault(r.group_key, r)
             batches = [[r] for r in firsts.values()][:room]

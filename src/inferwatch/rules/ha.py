@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from inferwatch.rules import gpu, llm, notifier, triton
 from inferwatch.rules.builders import absent_targets, num
-from inferwatch.rules.model import Alert, Group
+from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.spec import Duration, Spec
 
 LABELS = {"component": "alerting"}
@@ -60,7 +60,7 @@ def groups(spec: Spec) -> list[Group]:
     notifier_sel = spec.selectors.of("notifier")
     am_up = am("up")
     unscraped = am_up.replace("{{", '{{ "{{" }}')
-    alerts = [
+    alerts: list[Recording | Alert] = [
         Alert("AlertmanagerClusterDegraded",
               f'(count by () ({am_up} == 1) or group by () ({am_up}) * 0) < {peers}\n'
               # A peer down also leaves each survivor seeing one member fewer: that is the same incident, so a

@@ -11,7 +11,7 @@ inferwatch_notifier_outbox_damaged_timestamp_seconds (notifier/integrity.py).
 from __future__ import annotations
 
 from inferwatch.rules.builders import exporter_down, num
-from inferwatch.rules.model import Alert, Group
+from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.spec import Duration, Spec
 
 LABELS = {"component": "notifier"}
@@ -32,7 +32,7 @@ def groups(spec: Spec) -> list[Group]:
     notifier = spec.selectors.of("notifier")
     keep = "node, channel"
     sent = f"sum by ({keep}) (rate({notifier('inferwatch_notifier_notifications_total', ATTEMPTS)}[{window}]))"
-    alerts = [
+    alerts: list[Recording | Alert] = [
         Alert("NotifierDeliveryFailing",
               f"sum by ({keep}) (rate({notifier('inferwatch_notifier_notifications_total', FAILED)}[{window}]))\n"
               f"/ on ({keep})\n{sent}\n> {num(n.delivery_failure_ratio)}\n"

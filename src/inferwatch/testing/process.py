@@ -70,7 +70,8 @@ class ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log.info("starting %s: %s", self.name, " ".join(self.argv))
         logf = open(self.log_path, "ab")
-        argv, pass_fds = self.argv, ()
+        argv = self.argv
+        pass_fds: tuple[int, ...] = ()
         if self.lifeline:
             self._close_lifeline()
             # Only this process holds the write end (pipes are close-on-exec): its death is the EOF.

@@ -107,7 +107,7 @@ def _eval(node: ast.AST, values: Mapping[str, float | None]):
         if node.id not in values:
             raise ConditionError(f"unknown evidence value {node.id!r}")
         return values[node.id]
-    if isinstance(node, ast.Call):
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):  # compile_condition allows no other call
         return _FUNCS[node.func.id](_eval(node.args[0], values))
     if isinstance(node, ast.BoolOp):
         results = [_truth(_eval(v, values)) for v in node.values]

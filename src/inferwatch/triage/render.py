@@ -73,9 +73,9 @@ def print_results(results: list[AlertTriage], file: IO[str] | None = None, width
                                         f" ({f.layer}) ", f.summary))  # as the hook writes it
             if f.action and i == 0:
                 console.print(Text.assemble(("  next: ", "bold"), f.action))
-        for f in r.not_judged:
-            missing = "; ".join(f"{n}: {r.why_missing(n)}" for n in f.missing) or "a value could not be computed"
-            console.print(Text.assemble(("not judged: ", "bold"), (f.cause, "yellow"), f" ({f.layer}), evidence "
+        for u in r.not_judged:
+            missing = "; ".join(f"{n}: {r.why_missing(n)}" for n in u.missing) or "a value could not be computed"
+            console.print(Text.assemble(("not judged: ", "bold"), (u.cause, "yellow"), f" ({u.layer}), evidence "
                                         f"missing — {missing}"))
         if not r.findings and r.condition is not None and r.condition.holds is not False:
             console.print(Text("No finding matched the evidence; work through the runbook by hand.", style="yellow"))

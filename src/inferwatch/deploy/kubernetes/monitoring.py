@@ -29,7 +29,7 @@ DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # the Grafana sidecar's default la
 
 
 def _selected(spec: Spec, source: str) -> list[dict]:
-    """Relabelings writing the `=` labels of `source`'s selector, `job` first (rules/promconfig.job_name)."""
+    """Relabelings writing the `=` labels of `source`'s selector, `job` first (deploy/prometheus.job_name)."""
     selector = spec.selectors.of(source)
     labels = {"job": job_name(selector, source), **{k: v for k, v in selector.labels.items() if k != "job"}}
     return [{"action": "replace", "targetLabel": label, "replacement": value} for label, value in labels.items()]
@@ -104,7 +104,7 @@ def monitors(spec: Spec) -> list[dict]:
 
 
 def with_label_limits(monitor: dict) -> dict:
-    """The label limits of the static configuration (notifier/webhook_size.py) on a monitor: the bound that
+    """The label limits of the static configuration (deploy/webhook_size.py) on a monitor: the bound that
     keeps every webhook body within the notifier's max_body_bytes."""
     limits = scrape_limits(federation=monitor["metadata"]["name"] == FEDERATION_MONITOR)
     monitor["spec"].update(labelLimit=limits["label_limit"], labelNameLengthLimit=limits["label_name_length_limit"],

@@ -68,7 +68,7 @@ def cluster_spec(spec: Spec) -> Spec:
         prometheus=k.prometheus_url or f"http://prometheus-operated.{ns}.svc:9090",
         alertmanager=k.alertmanager_url or f"http://alertmanager-operated.{ns}.svc:9093",
         notifier=notifier_url(spec), gpu_exporters=[], triton_collectors=[], gateways=[],
-        notifiers=notifier_pods(spec))
+        notifiers=[*notifier_pods(spec)])
     notifier = dataclasses.replace(spec.notifier, data_dir=OUTBOX_DIR)
     # The gateway's peer is the ingress controller's pod, never loopback (inferwatch.deploy.kubernetes.tenancy).
     gateway = dataclasses.replace(spec.gateway, tenant_trusted_proxies=pod_trusted_proxies(spec))

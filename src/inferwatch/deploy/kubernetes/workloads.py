@@ -12,6 +12,7 @@ is root's (0755 on the host), so connecting to it needs uid 0 (still without any
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from inferwatch.deploy.kubernetes.specfile import NOTIFIER_PORT, OUTBOX_DIR, SPEC_DIR, SPEC_PATH, SecretRefs
 from inferwatch.spec import Spec
@@ -122,7 +123,7 @@ def service(spec: Spec, component: str, ports: dict[str, int], *, name: str | No
 def gpu_exporter(spec: Spec, spec_text: str) -> list[dict]:
     k = spec.kubernetes
     component, (name, port, _source) = "gpu-exporter", COMPONENTS["gpu-exporter"]
-    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    env: list[dict] = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
            # The NVIDIA container runtime then injects NVML and every GPU's device node without the pod
            # reserving a GPU (a monitoring pod must not take a GPU away from Triton).
            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
@@ -211,7 +212,7 @@ def notifier(spec: Spec, spec_text: str, refs: SecretRefs) -> list[dict]:
                      probe=_probe(port, "/-/ready"))
     main["livenessProbe"] = {**_probe(port, "/-/healthy"), "initialDelaySeconds": 10}
     secret = NOTIFIER_SECRET if refs.files else None
-    claim = {"metadata": {"name": "outbox"},
+    claim: dict[str, Any] = {"metadata": {"name": "outbox"},
              "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": k.notifier_storage}}}}
     if k.storage_class:
         claim["spec"]["storageClassName"] = k.storage_class

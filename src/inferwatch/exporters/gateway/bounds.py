@@ -26,11 +26,23 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from inferwatch.connections import ACCEPT_BACKLOG, SWEEP_INTERVAL_S, log_accept_errors, raise_fd_limit
 from inferwatch.ratelog import ConditionLog
+
+
+class Tracked(Protocol):
+    """What the bounds read of a connection (httpserver.ServerConnection): its state ("head", "body", "busy",
+    idle otherwise), loop.time() it entered it, the requests it has served; close() ends it."""
+
+    state: str
+    since: float
+    served: int
+
+    def close(self) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +90,9 @@ class ConnectionBounds:
         self.backlog = ACCEPT_BACKLOG
         self.metrics = metrics
         self.log = ConditionLog(log)
-        self._open: dict[object, None] = {}
+        self._open: dict[Tracked, None] = {}
         # Connections idle or sending a head, the one in that set longest first: the first to close.
-        self._idle: collections.OrderedDict[object, None] = collections.OrderedDict()
+        self._idle: collections.OrderedDict[Tracked, None] = collections.OrderedDict()
         self._sweeper: asyncio.Task | None = None
 
     @property
@@ -141,7 +153,7 @@ class ConnectionBounds:
     def _shed(self, newest) -> None:
         """Over the cap: close the connections idle longest (the newest one last) until at the cap."""
         over = len(self._open) - self.max_connections
-        victims = []
+        victims: list[Tracked] = []
         for conn in self._idle:
             if len(victims) >= over:
                 break

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import zlib
+from typing import Any
 
 import brotli
 
@@ -37,6 +38,7 @@ class _Members:
     needs a fresh decompressor, which takes the previous one's `unused_data`."""
 
     __slots__ = ("_d",)
+    _d: Any  # the stdlib decompressor of the format (zlib, zstd): no common type
 
     def _new(self):
         raise NotImplementedError
@@ -62,9 +64,10 @@ class _Members:
                     break
                 self._d = self._new()
                 continue
-            data = self._more(self._d)
-            if data is None:
+            more = self._more(self._d)
+            if more is None:
                 break
+            data = more
         return b"".join(out)
 
 

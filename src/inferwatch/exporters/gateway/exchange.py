@@ -28,7 +28,7 @@ import time
 from typing import Callable
 
 from inferwatch.exporters.gateway.counts import InvalidCount
-from inferwatch.exporters.gateway.decoding import TooLarge, Undecodable, decoder_for
+from inferwatch.exporters.gateway.decoding import Decoder, TooLarge, Undecodable, decoder_for
 from inferwatch.exporters.gateway.meter import RequestMeter, Usage
 from inferwatch.exporters.gateway.readers import reader_for
 from inferwatch.exporters.gateway.routes import Route
@@ -47,16 +47,16 @@ class Exchange:
 
     def __init__(self, route: Route, meter: RequestMeter, sink: Callable[[Usage], None] | None = None,
                  limit: int = DEFAULT_MAX_ANSWER_BYTES,
-                 on_unmetered: Callable[[str, str, str], None] | None = None):
+                 on_unmetered: Callable[[str, str, str, str], None] | None = None):
         """`limit`: most bytes held to read a non-streamed answer or one event; `on_unmetered(reason, model,
-        detail)` is told when metering stops (the proxy logs the first of each kind)."""
+        detail, example)` is told when metering stops (the proxy logs the first of each kind)."""
         self.route = route
         self.meter = meter
         self.reader = reader_for(route, meter)
         self.status = 0
         self.sse = False
         self.splitter: SseSplitter | None = None
-        self.decoder = None
+        self.decoder: Decoder | None = None
         self.limit = limit
         self.reading = True  # False once the answer can no longer be read (its counts and its end unknown)
         self._body: list[bytes] = []
@@ -137,8 +137,11 @@ class Exchange:
             if now is None:
                 now = time.perf_counter()
             event = self.reader.event
+            splitter = self.splitter
+            if splitter is None:  # stopped: the rest of the answer is not read
+                return
             try:
-                events = self.splitter.feed(data)
+                events = splitter.feed(data)
             except EventTooLarge:
                 self.stop("too_large", f"stream event above {self.limit} bytes")
                 return

@@ -238,7 +238,8 @@ class RequestMeter:
         s.duration.observe(duration)
         if self.upstream_started is not None:
             self.upstream_end(now)
-            s.upstream_duration.observe(self.upstream_duration)
+            if self.upstream_duration is not None:  # set by upstream_end
+                s.upstream_duration.observe(self.upstream_duration)
         s.count_request(code if label_code is None else label_code, outcome)
         out = self.output_tokens
         inputs = None if self.unmetered is not None else self.input_tokens

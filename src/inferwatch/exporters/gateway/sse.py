@@ -75,9 +75,9 @@ class SseSplitter:
                 data = event[5:]
                 out.append(data[1:] if data[:1] == b" " else data)
             elif event:
-                data = _slow_event(event)
-                if data is not None:
-                    out.append(data)
+                slow = _slow_event(event)
+                if slow is not None:
+                    out.append(slow)
         self._buf = buf[start:] if start < len(buf) else b""
         if self.limit is not None and len(self._buf) > self.limit:
             self._buf = b""

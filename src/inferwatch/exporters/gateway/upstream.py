@@ -140,7 +140,7 @@ class Connection(asyncio.Protocol):
         self.pool = pool
         self.loop = pool.loop
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self.response: Response | None = None
         self.reusable = False
         self.idle_since = 0.0
@@ -153,8 +153,11 @@ class Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        parser = self.parser
+        if parser is None:  # after connection_lost: nothing left to read into
+            return
         try:
-            self.parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._lost(UpstreamError(f"unreadable response: {exc}"))
             self.close()
@@ -167,7 +170,9 @@ class Connection(asyncio.Protocol):
         body = self._body
         if body:
             self._body = []
-            self.response._body(body[0] if len(body) == 1 else b"".join(body))
+            r = self.response
+            if r is not None:  # else the answer was already failed: its bytes go nowhere
+                r._body(body[0] if len(body) == 1 else b"".join(body))
 
     def connection_lost(self, exc) -> None:
         self.transport = None
@@ -190,17 +195,23 @@ class Connection(asyncio.Protocol):
                                  f"upstream connection lost: {exc.__class__.__name__}: {exc}"))
 
     # httptools callbacks
+    # Raised inside a callback, the parser reports it as HttpParserError: data_received fails the answer.
+    def _answering(self) -> Response:
+        if self.response is None:
+            raise UpstreamError("an answer with no request sent")
+        return self.response
+
     def on_status(self, status: bytes) -> None:
-        self.response.reason += status.decode("utf-8", "surrogateescape")
+        self._answering().reason += status.decode("utf-8", "surrogateescape")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # Decoded as the server decodes requests (httpserver.py), so the head re-encodes to the bytes sent.
-        self.response.headers.append((name.decode("utf-8", "surrogateescape"),
-                                      value.decode("utf-8", "surrogateescape")))
+        self._answering().headers.append((name.decode("utf-8", "surrogateescape"),
+                                          value.decode("utf-8", "surrogateescape")))
 
     def on_headers_complete(self) -> None:
-        r = self.response
-        r.status = self.parser.get_status_code()
+        r = self._answering()
+        r.status = self.parser.get_status_code() if self.parser is not None else 0
         if 100 <= r.status < 200:  # an interim answer (100 Continue, 103): the final one follows
             r.headers = []
             r.reason = ""
@@ -227,7 +238,7 @@ class Connection(asyncio.Protocol):
             return  # the end of an interim answer
         self._flush()
         self.response = None
-        self.reusable = self.parser.should_keep_alive()
+        self.reusable = self.parser is not None and self.parser.should_keep_alive()
         if not r.done.done():
             r.done.set_result(None)
         if r._more is not None and not r._more.done():
@@ -236,6 +247,8 @@ class Connection(asyncio.Protocol):
 
     # driving
     def send(self, head: bytes, body: bytes) -> Response:
+        if self.transport is None:
+            raise UpstreamError("upstream connection lost before the request was sent")
         self.response = Response(self, self.loop)
         self.parser = httptools.HttpResponseParser(self)
         self.transport.writelines((head, body) if body else (head,))
@@ -268,8 +281,10 @@ class Pool:
 
     def __init__(self, base: str, connect_timeout: float):
         url = URL(base)
-        self.host = url.host
-        self.port = url.port
+        if url.host is None or url.port is None:
+            raise ValueError(f"upstream URL without a host: {base!r}")
+        self.host: str = url.host
+        self.port: int = url.port
         self.ssl = ssl.create_default_context() if url.scheme == "https" else None
         self.host_header = url.host_port_subcomponent  # brackets an IPv6 address, omits a default port
         self.connect_timeout = connect_timeout

@@ -28,7 +28,7 @@ MAX_ANSWER_BYTES = 16 * 1024 * 1024   # a List answer for hundreds of pods is we
 
 def assignments(answer: Any) -> list[Assignment]:
     """Every (resource, device id, container) of a ListPodResourcesResponse, in the kubelet's order."""
-    out = []
+    out: list[Assignment] = []
     for pod in answer.pod_resources:
         for container in pod.containers:
             holder = PodRef(pod.namespace, pod.name, container.name)
@@ -45,7 +45,7 @@ class PodResourcesClient:
 
         from inferwatch.exporters.gpu.podresources import api_pb2, api_pb2_grpc
 
-        self._pb = api_pb2
+        self._pb: Any = api_pb2  # generated: protobuf builds its message classes at import
         self._timeout_s = timeout_s
         self._channel = grpc.insecure_channel(f"unix://{os.path.abspath(socket_path)}",
                                               options=[("grpc.max_receive_message_length", MAX_ANSWER_BYTES)])

@@ -53,7 +53,8 @@ for _cls, _names in (
 
 def classify(exc: pynvml.NVMLError) -> str:
     """One of ERROR_CLASSES for an NVML error; unknown codes count as device_lost (a GPU in a bad state)."""
-    return _CLASS_BY_CODE.get(getattr(exc, "value", None), DEVICE_LOST)
+    code = getattr(exc, "value", None)
+    return _CLASS_BY_CODE.get(code, DEVICE_LOST) if isinstance(code, int) else DEVICE_LOST
 
 
 def error_name(exc: pynvml.NVMLError) -> str:

@@ -7,12 +7,14 @@ and a slow Triton cannot make Prometheus time out. Polls run on one asyncio loop
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from inferwatch.exporters.triton.configcache import DEFAULT_MAX_AGE_SECONDS
 from inferwatch.exporters.triton.families import build_families
@@ -56,8 +58,8 @@ class TritonCollector:
         self.interval = interval
         self.timeout = timeout
         self.bls_steps = {parent: tuple(steps) for parent, steps in (bls_steps or {}).items()}
-        self._reader_args = dict(timeout=timeout, concurrency=concurrency, config_max_age=config_max_age,
-                                 interval=interval)
+        self._reader_args: dict[str, Any] = dict(timeout=timeout, concurrency=concurrency,
+                                                 config_max_age=config_max_age, interval=interval)
         # Every address behind each target's name, resolved at each poll (replicas.py); key (target, address),
         # address "" for a target polled as configured.
         self._resolver = resolver or system_resolver
@@ -73,7 +75,7 @@ class TritonCollector:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="triton-collector", daemon=True)
         self._thread.start()
-        self._task: asyncio.Future | None = None
+        self._task: concurrent.futures.Future[None] | None = None
 
     # -------------------------------------------------------------------------------------- polling
     async def _poll_all(self) -> list[TritonSnapshot]:

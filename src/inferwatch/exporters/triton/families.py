@@ -172,20 +172,20 @@ def build_families(snapshots: Iterable[TritonSnapshot],
         for parent, kind, model, position in steps:
             step_info.add_metric([t, model, parent, kind, str(position)], {})
         for (name, version), st in sorted((snap.stats or {}).items()):
-            mv = [t, name, version]
-            inferences.add_metric(mv, float(st.inference_count))
-            executions.add_metric(mv, float(st.execution_count))
+            labels = [t, name, version]
+            inferences.add_metric(labels, float(st.inference_count))
+            executions.add_metric(labels, float(st.execution_count))
             for stat in INFERENCE_STATS:
                 d = st.inference[stat]
-                stat_count.add_metric(mv + [stat], float(d.count))
-                stat_seconds.add_metric(mv + [stat], d.seconds)
+                stat_count.add_metric(labels + [stat], float(d.count))
+                stat_seconds.add_metric(labels + [stat], d.seconds)
                 mean = d.mean_seconds()
                 if mean is not None:
-                    stat_mean.add_metric(mv + [stat], mean)
+                    stat_mean.add_metric(labels + [stat], mean)
             for size in sorted(st.batches):
                 infer = st.batches[size]["compute_infer"]
-                batches.add_metric(mv + [str(size)], float(infer.count))
-                batch_infer.add_metric(mv + [str(size)], infer.seconds)
+                batches.add_metric(labels + [str(size)], float(infer.count))
+                batch_infer.add_metric(labels + [str(size)], infer.seconds)
 
     return [up, live, ready, summaries, state, model_ready, reason, max_batch, dyn, preferred, delay,
             instances, decoupled, entry, step_info, inferences, executions, stat_count, stat_seconds, stat_mean,

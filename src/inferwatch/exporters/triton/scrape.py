@@ -1,5 +1,5 @@
 """Prometheus scrape configuration for Triton's own metrics (job `triton` by default) and the collector
-(job `inferwatch-triton` by default; rules/promconfig.py names the jobs after the spec's selectors), built
+(job `inferwatch-triton` by default; deploy/prometheus.py names the jobs after the spec's selectors), built
 from the spec.
 
 Every target carries a `node` label so L2 alerts can name the node (CONVENTIONS: fixed names). Triton

@@ -135,7 +135,7 @@ def parse_config(answer: object) -> ModelConfigFigures:
         dyn = answer.get("dynamic_batching")
         enabled = isinstance(dyn, dict)
         preferred = delay = None
-        if enabled:
+        if isinstance(dyn, dict):  # enabled
             sizes = [int(s) for s in dyn.get("preferred_batch_size", [])]
             preferred = max(sizes) if sizes else max_batch
             delay = int(dyn.get("max_queue_delay_microseconds", 0)) / 1e6

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+from typing import Any
 
 # inference_stats fields (extension_statistics.md; cache_miss since 22.01). Closed set: the `stat` label.
 INFERENCE_STATS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
@@ -107,8 +108,9 @@ def _camel(snake: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-def field(obj: dict, name: str, default: object = None) -> object:
-    """`obj[name]` under its snake_case or protobuf-JSON lowerCamelCase name; `default` when absent."""
+def field(obj: dict, name: str, default: object = None) -> Any:
+    """`obj[name]` under its snake_case or protobuf-JSON lowerCamelCase name; `default` when absent (a JSON
+    value: its type is what the caller checks)."""
     if name in obj:
         return obj[name]
     return obj.get(_camel(name), default)

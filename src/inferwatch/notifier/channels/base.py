@@ -82,7 +82,9 @@ class Channel(Protocol):
     """One delivery adapter. `send` performs one request and never raises for provider trouble."""
 
     name: str
-    kind: str
+
+    @property
+    def kind(self) -> str: ...  # read-only: a class constant of each provider's channel
 
     def send(self, notification: Notification) -> DeliveryResult: ...
 

@@ -17,6 +17,7 @@ values do not fit does each alert shrink to its name and identity labels.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from inferwatch.notifier.channels.base import DeliveryResult, HttpChannel, json_bytes, redact, reveal, too_long
 from inferwatch.notifier.channels.common import annotation, group_title, group_view, is_http_url, key_labels
@@ -70,7 +71,8 @@ class PagerDutyChannel(HttpChannel):
         group = n.groups[0]  # the worker never coalesces phone channels: one event per group
         budget = self.budget(MAX_EVENT_BYTES, n)
         action = "trigger" if group.status == "firing" else "resolve"
-        event = {"routing_key": routing_key, "event_action": action, "dedup_key": dedup_key(group.group_key)}
+        event: dict[str, Any] = {"routing_key": routing_key, "event_action": action,
+                                 "dedup_key": dedup_key(group.group_key)}
         if action == "resolve":
             self.last_size = len(json_bytes(event))
             return event

@@ -22,6 +22,7 @@ Answers: HTTP 200 `ok`; 400 with a short text (`invalid_blocks`, `no_text`, `msg
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from inferwatch.notifier.channels.base import DeliveryResult, HttpChannel, reveal, too_long
 from inferwatch.notifier.channels.common import (
@@ -68,7 +69,7 @@ def text_chars(node) -> int:
 
 # ------------------------------------------------------------------------------------- rich text pieces
 def _el(text: str, styles=()) -> dict:
-    el = {"type": "text", "text": text}
+    el: dict[str, Any] = {"type": "text", "text": text}
     style = {s: True for s in STYLES if s in styles}
     if "marker" in styles:
         style["italic"] = True  # a cut marker reads as ours, not as part of the value

@@ -97,7 +97,7 @@ def fit_lines(head: str, lines: list[str], limit: int, more: Callable[[int], str
     return out, 0
 
 
-def fit_field_cap(render: Callable[[int], tuple[T, int]], budget: int, max_cap: int,
+def fit_field_cap(render: Callable[[int], tuple[T, float]], budget: int, max_cap: int,
                   min_cap: int = MIN_FIELD_CHARS) -> T | None:
     """The rendering at the largest per-field cap in [min_cap, max_cap] whose size is <= `budget`.
 

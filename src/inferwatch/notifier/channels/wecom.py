@@ -24,7 +24,9 @@ and the others in one line each (status and identity), still counted. Lines are 
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import Any
 
 from inferwatch.notifier.channels.base import DeliveryResult, HttpChannel, redact, reveal, too_long
 from inferwatch.notifier.channels.common import (
@@ -192,7 +194,7 @@ class WeComChannel(HttpChannel):
         """The request body: markdown when every value can be shown exactly in it, else text."""
         try:
             content = self._content(n, _Markdown())
-            body = {"msgtype": "markdown", "markdown": {"content": content}}
+            body: dict[str, Any] = {"msgtype": "markdown", "markdown": {"content": content}}
         except NotLiteral:
             content = self._content(n, _Text())
             body = {"msgtype": "text", "text": {"content": content}}
@@ -254,7 +256,7 @@ class WeComChannel(HttpChannel):
                 else:
                     hi = mid - 1
             if lo:
-                return fit_field_cap(lambda cap, k=lo, listing=listing: render(k, cap, listing), budget,
+                return fit_field_cap(functools.partial(render, lo, listing=listing), budget,
                                      FIELD_MAX_CHARS, DIGEST_MIN_CHARS)
         return None
 
