@@ -57,7 +57,8 @@ def _pagerduty(body: dict, dedup_names: dict[str, tuple]) -> tuple[str, tuple[st
     payload = body.get("payload") or {}
     summary = payload.get("summary", "")
     m = TITLE.search(summary)
-    names = (m.group(2),) if m else ((payload.get("group"),) if payload.get("group") else ())
+    named = payload.get("group")
+    names = (m.group(2),) if m else ((str(named),) if named else ())
     dedup_names[dedup] = (names, group_of(summary))
     runbook = next((link.get("href", "") for link in body.get("links", []) if link.get("text") == "Runbook"), "")
     triage = (payload.get("custom_details") or {}).get("triage", "")

@@ -175,12 +175,16 @@ class ScenarioRunner:
     def _observe(self) -> None:
         started, cleared = self.alerts.poll()
         for a in started:
+            if a.first_firing is None:  # poll() returns only alerts seen firing
+                continue
             o = self._outcome(a.layer)
             after = o.after(a.first_firing, o.injected_at) if o else None
             if o and o.fault.alert == a.name and o.fired_at is None and o.injected_at is not None:
                 o.fired_at = a.first_firing
             self._emit(Event(a.first_firing, "firing", a.name, alert=a, after_s=after))
         for a in cleared:
+            if a.cleared is None:  # poll() returns only alerts seen cleared
+                continue
             o = self._outcome(a.layer)
             self._emit(Event(a.cleared, "cleared", a.name, alert=a,
                              after_s=o.after(a.cleared, o.removed_at) if o else None))

@@ -169,7 +169,7 @@ class DemoStack:
 
         node = c.spec.targets.exporter_targets("gpu_exporters")[0].node
         starters = [triton, gateway, collector]
-        if self.real_gpu:
+        if self.real_gpu and p.gpu_sim is not None:  # a real GPU: the simulated exporter runs beside it
             starters.append(gpu(p.gpu, "real", node, "GPU exporter (L1): REAL NVML"))
             starters.append(gpu(p.gpu_sim, "sim", SIM_GPU_NODE,
                                 "GPU exporter (L1): SIMULATED GPUs that take the overheat fault"))

@@ -7,6 +7,7 @@ whole-output passes (layer label, static summary, runbook URL) and renders YAML.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from inferwatch.spec import Duration
 
@@ -53,7 +54,7 @@ class Group:
     """A rule group. Rules in one group run in order, so a recording rule may use one recorded above it."""
 
     name: str
-    rules: list[Recording | Alert]
+    rules: Sequence[Recording | Alert]  # read only: each area builds its list of one kind or both
     interval: Duration | None = None
 
     def to_dict(self) -> dict:

@@ -39,7 +39,7 @@ import email.utils
 import http
 import logging
 import time
-from typing import Callable, Coroutine
+from typing import Callable, Coroutine, Sequence
 
 import httptools
 
@@ -144,7 +144,7 @@ class ServerConnection(asyncio.Protocol):
         self.server = server
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpRequestParser(self)
+        self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self.remote: str | None = None
         # Read by bounds.py: the state, since when (loop.time()), whether a request ever completed.
         self.state = IDLE
@@ -204,10 +204,11 @@ class ServerConnection(asyncio.Protocol):
             self._write_ready.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        if self.closed or self._upgrade:
+        parser = self.parser
+        if self.closed or self._upgrade or parser is None:
             return
         try:
-            self.parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._upgrade = True  # the request before the switch is complete: answer it, then close
         except httptools.HttpParserCallbackError as exc:
@@ -256,6 +257,8 @@ class ServerConnection(asyncio.Protocol):
         if self._head_size > MAX_HEAD_BYTES:
             raise _Refused(431, f"request head above {MAX_HEAD_BYTES} bytes")
         r = self._request
+        if r is None:
+            raise _Refused(400, "header outside a request")
         k, v = name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")
         r.headers.append((k, v))
         r.fields.setdefault(k.lower(), v)
@@ -263,6 +266,8 @@ class ServerConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         r = self._request
         p = self.parser
+        if r is None or p is None:
+            raise _Refused(400, "head outside a request")
         r.method = p.get_method().decode("latin-1")
         r.target = b"".join(self._url).decode("utf-8", "surrogateescape")
         r.version = (1, 1) if p.get_http_version() == "1.1" else (1, 0)
@@ -285,6 +290,8 @@ class ServerConnection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         r = self._request
+        if r is None:
+            raise _Refused(400, "body outside a request")
         self._body_size += len(body)
         if self._body_size > self.server.max_body_bytes:
             self._too_large(r)
@@ -293,6 +300,8 @@ class ServerConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         r = self._request
+        if r is None:
+            raise _Refused(400, "end outside a request")
         self._request = None
         r.body = b"".join(self._body) if len(self._body) != 1 else self._body[0]
         self._body = []
@@ -335,7 +344,8 @@ class ServerConnection(asyncio.Protocol):
         r = self._current = self._queue.popleft()
         if not self._reading and not self._upgrade and len(self._queue) < PIPELINE_DEPTH:
             self._reading = True
-            self.transport.resume_reading()
+            if self.transport is not None:  # None only once lost, and then closed
+                self.transport.resume_reading()
         self.chunked = self._started = self._ended = False
         self._body_allowed = r.method != "HEAD"
         self._close_after = not r.keep_alive or self._upgrade
@@ -384,8 +394,11 @@ class ServerConnection(asyncio.Protocol):
               length: int | None = None) -> None:
         """Write the response head: `headers` without framing fields (Content-Length, Transfer-Encoding,
         Connection are written here); `length`: the body's size, or None (chunked for an HTTP/1.1 client,
-        else until the connection closes). A Date field is added when `headers` has none."""
+        else until the connection closes). A Date field is added when `headers` has none. Raises RuntimeError
+        when no request is being answered."""
         r = self._current
+        if r is None:
+            raise RuntimeError("a response head with no request being answered")
         self._started = True
         if status in _NO_BODY_STATUS or status < 200:
             self._body_allowed = False
@@ -410,8 +423,9 @@ class ServerConnection(asyncio.Protocol):
             lines.append("Connection: close")
         elif r.version < (1, 1):
             lines.append("Connection: keep-alive")
-        if not self.closed and not self.transport.is_closing():
-            self.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape"))
+        transport = self.transport
+        if not self.closed and transport is not None and not transport.is_closing():
+            transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape"))
 
     def write(self, data: bytes) -> None:
         """Write body bytes (framed when chunked). Raises ConnectionResetError when the client is gone."""
@@ -447,12 +461,12 @@ class ServerConnection(asyncio.Protocol):
             self.transport.write(b"0\r\n\r\n")
         self._ended = True
 
-    def respond(self, status: int, body: bytes, content_type: str, headers: list[tuple[str, str]] = ()) -> None:
+    def respond(self, status: int, body: bytes, content_type: str, headers: Sequence[tuple[str, str]] = ()) -> None:
         """A whole answer at once."""
         if self.closed:
             return
         self.start(status, None, [("Content-Type", content_type), *headers], len(body))
-        if body and self._body_allowed:
+        if body and self._body_allowed and self.transport is not None:
             self.transport.write(body)
         self._ended = True
 

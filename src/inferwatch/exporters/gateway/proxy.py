@@ -32,7 +32,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import Callable, Coroutine
+from typing import Callable, Coroutine, Sequence
 
 import aiohttp
 from yarl import URL
@@ -107,6 +107,11 @@ class Proxy:
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
         self.pool = Pool(self.upstream, self.timeout_s)
 
+    def _pool(self) -> Pool:
+        if self.pool is None:
+            raise RuntimeError("proxy used before open()")
+        return self.pool
+
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
@@ -160,19 +165,23 @@ class Proxy:
             headers.append(("Authorization", self._authorization))
         if ex is None:
             return self._unmetered(request, conn, target, body, headers)
+        pool = self._pool()
         ex.meter.upstream_begin()
-        head = request_head(request.method, self.base_path + target, self.pool.host_header,
+        head = request_head(request.method, self.base_path + target, pool.host_header,
                             [(k, v) for k, v in headers if k.lower() != "expect"], len(body))
-        upstream = self.pool.take()
+        upstream = pool.take()
         if upstream is None:
             return self._connect_then_answer(conn, head, body, ex)
         return _Answer(self, conn, ex, upstream.send(head, body)).run()
 
     async def _unmetered(self, request: Request, conn: ServerConnection, target: str, body: bytes,
                          headers: Headers) -> None:
+        session = self.session
+        if session is None:
+            raise RuntimeError("proxy used before open()")
         try:
             # encoded=True: the canonical target goes out exactly as classified (yarl would re-normalise it).
-            upstream = await self.session.request(request.method, URL(self.upstream + target, encoded=True),
+            upstream = await session.request(request.method, URL(self.upstream + target, encoded=True),
                                                   data=body, headers=headers, allow_redirects=False)
         except asyncio.TimeoutError:
             return self._fail(conn, None, 504, "timeout", f"upstream did not answer within {self.timeout_s:g}s")
@@ -215,7 +224,7 @@ class Proxy:
     async def _connect_then_answer(self, conn: ServerConnection, head: bytes, body: bytes, ex: Exchange) -> None:
         """No idle upstream connection: open one, then as `_Answer.run`."""
         try:
-            upstream = await self.pool.connect()
+            upstream = await self._pool().connect()
         except asyncio.CancelledError:
             ex.finish("cancelled", CLIENT_CLOSED)
             raise
@@ -280,7 +289,7 @@ class _Answer:
         self.conn = conn
         self.ex = ex
         self.resp = resp
-        self.headers: Headers | None = None
+        self.headers: Headers = []  # the client's response head, set when the upstream's head arrives
         self.relay: _Relay | None = None
         # One timer for the head, cancelled when it arrives (cheaper than a timeout context per request).
         self.timer = asyncio.get_running_loop().call_later(proxy.timeout_s, resp.expire)
@@ -296,7 +305,7 @@ class _Answer:
         if self.ex.sse and not self.conn.closed:
             self.start_relay(())
 
-    def start_relay(self, head: list[bytes] | tuple) -> None:
+    def start_relay(self, head: Sequence[bytes]) -> None:
         """Write the client's head (and `head`: body bytes read and metered already), then relay each read.
         Raises ConnectionResetError when the client is gone."""
         conn, resp, ex = self.conn, self.resp, self.ex
@@ -388,7 +397,7 @@ class _Answer:
             return
         ex.finish()
 
-    async def _relay(self, head: list[bytes] = ()) -> None:
+    async def _relay(self, head: Sequence[bytes] = ()) -> None:
         """Forward the answer read by read (started from the head's callback already, or now with `head`,
         bytes already read and metered) until it ends."""
         conn, resp = self.conn, self.resp
@@ -422,6 +431,8 @@ class _Answer:
         `timeout_s` without a read while the client keeps up; while the client's buffer is full the upstream
         is paused (and the timeout with it) until the buffer drains."""
         resp, relay, timeout_s = self.resp, self.relay, self.proxy.timeout_s
+        if relay is None:
+            raise RuntimeError("waiting for an answer's end before its relay started")
         loop = asyncio.get_running_loop()
         done = resp.done
         stalled = None  # since when the client's buffer has been full

@@ -286,7 +286,7 @@ class Pool:
         self.host: str = url.host
         self.port: int = url.port
         self.ssl = ssl.create_default_context() if url.scheme == "https" else None
-        self.host_header = url.host_port_subcomponent  # brackets an IPv6 address, omits a default port
+        self.host_header: str = url.host_port_subcomponent or url.host  # brackets IPv6, omits a default port
         self.connect_timeout = connect_timeout
         self.loop = asyncio.get_running_loop()
         self._idle: list[Connection] = []
