@@ -4,14 +4,10 @@ FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-# Only what the package needs (pyproject's package-dir layout); the test stack (nvidia-pytriton) is not
-# installed: in compose, Triton is the official image.
+# Only what the package needs (its src/ tree); the test stack (nvidia-pytriton) is not installed: in compose,
+# Triton is the official image.
 COPY pyproject.toml README.md ./
-COPY inferwatch ./inferwatch
-COPY exporters ./exporters
-COPY rules ./rules
-COPY dashboards ./dashboards
-COPY notifier ./notifier
+COPY src ./src
 RUN pip install . && rm -rf /src
 
 RUN groupadd --system --gid 10001 inferwatch \

@@ -53,17 +53,12 @@ test-loaded: install system-deps check-generated
 	$(BIN)/pytest -m "not chaos" $(PYTEST_ARGS); rc=$$?; \
 	echo "test-loaded: pytest exit $$rc, wall $$(( $$(date +%s) - start )) s (one core busy)"; exit $$rc
 
-# ruff (rules in pyproject.toml) on every Python file, then mypy on the package. The package maps its component
-# folders (exporters/, rules/, dashboards/, notifier/) into inferwatch.* (pyproject package-dir), which mypy cannot
-# follow, so it checks a tree of links under .venv laid out as the installed package.
+# ruff (rules in pyproject.toml) on every Python file, then mypy on the package (src/inferwatch, laid out as
+# it is imported).
 LINT_STAMP := $(VENV)/.lint-stamp
-MYPY_TREE  := $(VENV)/mypy-tree
 lint: $(LINT_STAMP)
 	$(BIN)/ruff check .
-	@rm -rf $(MYPY_TREE) && mkdir -p $(MYPY_TREE)/inferwatch
-	@for e in inferwatch/*; do ln -s "$(CURDIR)/$$e" $(MYPY_TREE)/inferwatch/; done
-	@for d in exporters rules dashboards notifier; do ln -s "$(CURDIR)/$$d" $(MYPY_TREE)/inferwatch/$$d; done
-	cd $(MYPY_TREE) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p inferwatch
+	$(BIN)/mypy src
 	$(BIN)/mkdocs build --strict --quiet
 
 $(LINT_STAMP): $(STAMP)

@@ -248,11 +248,11 @@ def _group_gauges(text: str, name: str) -> dict[str, float]:
 
 
 def run_central(spec, seconds: float, started: float) -> tuple[dict[str, tuple[float, float]], int, int]:
-    """The same for the central store (inferwatch.central): vmagent scrapes the same targets as cluster
+    """The same for the central store (inferwatch.deploy.central): vmagent scrapes the same targets as cluster
     `bench` into VictoriaMetrics, vmalert evaluates the rules generated with the cluster label there.
     ({group: (median, slowest evaluation seconds over vmalert's last 5 minutes)}, series in the store, rules
     with errors)."""
-    from inferwatch.central import edge_scrape_config
+    from inferwatch.deploy.central import edge_scrape_config
     from inferwatch.testing.victoriametrics import start_edge, start_victoria_metrics, start_vmalert
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from inferwatch.deploy.prometheus import prometheus_config, scrape_jobs
 from inferwatch.rules.generate import RULES_DIR, outputs
-from inferwatch.rules.promconfig import prometheus_config, scrape_jobs
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engine"
 # The titles of the Triton dashboard's "LLM engines" row (dashboards/engine.py), in order.

@@ -1,5 +1,5 @@
 """What decides a canary gate's behaviour outside its controller, for the gate tests: the arguments filled
-as each controller fills them, the success/failure condition subset inferwatch.gates emits evaluated as
+as each controller fills them, the success/failure condition subset inferwatch.deploy.gates emits evaluated as
 Argo Rollouts evaluates it, and an analysis run's phase from its measurements (Argo's assessMetricStatus).
 
 Argo Rollouts v1.9: `{{args.<name>}}` substituted in the query (an unresolved one is an error); a condition
@@ -55,7 +55,7 @@ _OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b:
 
 
 def condition(expr: str, result: list[float]) -> bool:
-    """The subset inferwatch.gates emits: clauses `len(result) OP N` or `result[i] OP N` joined by `&&`,
+    """The subset inferwatch.deploy.gates emits: clauses `len(result) OP N` or `result[i] OP N` joined by `&&`,
     evaluated left to right with short-circuit as `expr` does. ValueError for anything outside the subset;
     IndexError where `result[i]` is read past the end (Argo: the measurement errors)."""
     for clause in expr.split("&&"):

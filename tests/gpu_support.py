@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferwatch.exporters.gpu.podresources import api_pb2, api_pb2_grpc
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "exporters" / "gpu" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[1] / "src" / "inferwatch" / "exporters" / "gpu" / "scenarios"
 
 
 class FakeClock:

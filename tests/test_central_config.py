@@ -1,4 +1,4 @@
-"""The central-store configuration `inferwatch generate` writes (inferwatch.central), checked by the real tools:
+"""The central-store configuration `inferwatch generate` writes (inferwatch.deploy.central), checked by the real tools:
 Prometheus in agent mode starts on edge-prometheus.yml and promtool accepts it, vmagent accepts
 edge-scrape.yml, vmalert accepts every generated rule file (with and without the cluster label) — the same
 files promtool accepts for a plain Prometheus (tests/test_rules.py) — and the spec refuses a central store
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferwatch.central import COMMANDS, EDGE_PROMETHEUS, EDGE_SCRAPE, WATCH_PROMETHEUS, outputs
+from inferwatch.deploy.central import COMMANDS, EDGE_PROMETHEUS, EDGE_SCRAPE, WATCH_PROMETHEUS, outputs
 from inferwatch.generate import render_all
 from inferwatch.rules.generate import RULES_DIR
 from inferwatch.spec import SpecError, spec_from_dict
@@ -105,7 +105,7 @@ def test_kubernetes_prometheus_patch_and_vmalert(tmp_path):
     vmalert's Deployment and rules ConfigMap validate against the Kubernetes schemas."""
     import kubernetes_validate
 
-    from inferwatch.kubernetes.clusters import CENTRAL, PROMETHEUS_PATCH
+    from inferwatch.deploy.kubernetes.clusters import CENTRAL, PROMETHEUS_PATCH
 
     raw = yaml.safe_load((REPO / "inferwatch.yaml").read_text())
     only_cluster = render_all(spec_from_dict({**raw, "cluster": {"name": "eu-1"}}))
@@ -142,7 +142,7 @@ def test_kubernetes_runs_the_store_watcher_compose_runs(tmp_path, edge, targets)
     """deploy/central/kubernetes.yaml holds the store's watcher (inferwatch/kubernetes/storewatch.py): a
     Prometheus scraping VictoriaMetrics and vmalert (through its new Service), evaluating centralstore.yml
     and sending to the in-cluster Alertmanager; promtool accepts its configuration and rules as mounted."""
-    from inferwatch.kubernetes.clusters import CENTRAL
+    from inferwatch.deploy.kubernetes.clusters import CENTRAL
 
     files = render_all(spec(edge))
     docs = list(yaml.safe_load_all(files[CENTRAL]))
@@ -183,7 +183,7 @@ def test_kubernetes_runs_the_store_watcher_compose_runs(tmp_path, edge, targets)
 def test_compose_override_for_the_central_store(tmp_path):
     """deploy/compose/central.yml adds VictoriaMetrics, vmagent (scraping the compose services as the
     cluster) and vmalert; `docker-compose config` accepts it on top of docker-compose.yml."""
-    from inferwatch.compose import OUT_DIR
+    from inferwatch.deploy.compose import OUT_DIR
 
     files = render_all(spec("vmagent"))
     override = yaml.safe_load(files[f"{OUT_DIR}/central.yml"])

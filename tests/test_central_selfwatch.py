@@ -20,8 +20,8 @@ import pytest
 import requests
 import yaml
 
-from inferwatch.central import WATCH_PROMETHEUS, edge_scrape_config
-from inferwatch.central import outputs as central_outputs
+from inferwatch.deploy.central import WATCH_PROMETHEUS, edge_scrape_config
+from inferwatch.deploy.central import outputs as central_outputs
 from inferwatch.rules.generate import RULES_DIR
 from inferwatch.rules.generate import outputs as rule_outputs
 from inferwatch.spec import spec_from_dict

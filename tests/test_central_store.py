@@ -27,13 +27,13 @@ import pytest
 import requests
 import yaml
 
-from inferwatch.central import edge_prometheus_config, edge_scrape_config
-from inferwatch.notifier.alertmanager_config import PATH as AM_PATH
-from inferwatch.notifier.alertmanager_config import outputs as am_outputs
+from inferwatch.deploy.alertmanager import PATH as AM_PATH
+from inferwatch.deploy.alertmanager import outputs as am_outputs
+from inferwatch.deploy.central import edge_prometheus_config, edge_scrape_config
+from inferwatch.deploy.prometheus import scrape_jobs
 from inferwatch.rules.generate import RULES_DIR
 from inferwatch.rules.generate import outputs as rule_outputs
 from inferwatch.rules.names import RECORDING_RULES
-from inferwatch.rules.promconfig import scrape_jobs
 from inferwatch.spec import spec_from_dict
 from inferwatch.testing.process import ManagedProcess, free_port, http_ok
 from inferwatch.testing.prometheus import start_prometheus

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferwatch.compose import compose_spec
+from inferwatch.deploy.compose import compose_spec
 from inferwatch.generate import render_all
 from inferwatch.spec import spec_from_dict
 

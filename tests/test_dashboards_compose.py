@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferwatch.compose import OUT_DIR, SERVICES, outputs
+from inferwatch.deploy.compose import OUT_DIR, SERVICES, outputs
 from inferwatch.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]

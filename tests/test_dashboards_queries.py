@@ -29,8 +29,8 @@ import yaml
 
 from gpu_support import fake_kubelet
 from inferwatch.dashboards.generate import DASHBOARDS, dashboards
+from inferwatch.deploy.prometheus import prometheus_config, scrape_jobs
 from inferwatch.rules.generate import RULES_DIR, outputs
-from inferwatch.rules.promconfig import prometheus_config, scrape_jobs
 from inferwatch.spec import spec_from_dict
 from inferwatch.testing.process import ManagedProcess, free_port, http_ok
 from inferwatch.testing.prometheus import start_prometheus

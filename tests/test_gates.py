@@ -33,8 +33,8 @@ from gates_support import (
     measurement,
     run_phase,
 )
-from inferwatch.gates import generate as ggen
-from inferwatch.gates import objects
+from inferwatch.deploy.gates import generate as ggen
+from inferwatch.deploy.gates import objects
 from inferwatch.rules.generate import outputs as rules_outputs
 from inferwatch.rules.generate import rule_groups
 from inferwatch.rules.metricrefs import metric_names
@@ -431,7 +431,7 @@ def test_an_overlay_opts_into_the_components_with_kustomize(tmp_path, scaler):
     ("1500ms", "1s500ms"),
 ])
 def test_gate_intervals_are_written_as_go_durations(interval, written):
-    from inferwatch.gates.objects import go_duration
+    from inferwatch.deploy.gates.objects import go_duration
     from inferwatch.spec import Duration
 
     assert go_duration(Duration.parse(interval)) == written

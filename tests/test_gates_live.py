@@ -36,7 +36,7 @@ from gates_support import (
     measurement,
     run_phase,
 )
-from inferwatch.gates import objects
+from inferwatch.deploy.gates import objects
 from inferwatch.rules.generate import outputs as rule_outputs
 from inferwatch.rules.triton import ERROR_RATIO, REQUESTS
 from inferwatch.spec import spec_from_dict

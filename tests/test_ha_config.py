@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from ha_support import ENV, HA_SPEC, ha_spec
-from inferwatch.compose import HA_FILE, NOTIFIER_SPEC, WEBHOOK_ALIAS
+from inferwatch.deploy.alertmanager import peer_flags
+from inferwatch.deploy.compose import HA_FILE, NOTIFIER_SPEC, WEBHOOK_ALIAS
+from inferwatch.deploy.kubernetes.monitoring import VALUES_FILE
 from inferwatch.generate import render_all
-from inferwatch.kubernetes.monitoring import VALUES_FILE
-from inferwatch.notifier.alertmanager_config import peer_flags
 from inferwatch.spec import SpecError, spec_from_dict
 from inferwatch.testing.alertmanager import start_alertmanager_cluster
 from inferwatch.testing.process import free_port

@@ -1,5 +1,5 @@
 """A group larger than the notifier takes in one body is never refused: the generated webhook config sends at
-most `max_alerts` (notifier/webhook_size.py), so the body of the largest alerts the generated scrape limits let
+most `max_alerts` (deploy/webhook_size.py), so the body of the largest alerts the generated scrape limits let
 through fits `notifier.max_body_bytes`, and the message counts the rest as "N more not included". Through the
 real Alertmanager, for label values at the limit made of what Go's JSON encoder writes longest (`<` as
 \\u003c), control characters, multi-byte UTF-8 and plain ASCII, and for the reported case: a storm group of
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import _start
-from inferwatch.notifier.alertmanager_config import PATH, outputs
-from inferwatch.notifier.webhook_size import LABEL_LIMIT, VALUE_LIMIT, max_alerts
+from inferwatch.deploy.alertmanager import PATH, outputs
+from inferwatch.deploy.webhook_size import LABEL_LIMIT, VALUE_LIMIT, max_alerts
 from inferwatch.spec import spec_from_dict
 from inferwatch.testing.alertmanager import start_alertmanager
 from notifier_support import metric, notifier_behind_alertmanager, wait_for

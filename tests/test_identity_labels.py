@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from inferwatch.dashboards.generate import outputs as dashboard_outputs
-from inferwatch.notifier.alertmanager_config import PATH, inhibit_rules
-from inferwatch.notifier.alertmanager_config import outputs as alertmanager_outputs
+from inferwatch.deploy.alertmanager import PATH, inhibit_rules
+from inferwatch.deploy.alertmanager import outputs as alertmanager_outputs
 from inferwatch.rules.generate import RULES_DIR
 from inferwatch.rules.generate import outputs as rule_outputs
 from inferwatch.rules.names import ALERTS

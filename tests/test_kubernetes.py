@@ -20,10 +20,10 @@ import yaml
 
 from inferwatch.cli import build_parser
 from inferwatch.dashboards.generate import outputs as dashboard_outputs
-from inferwatch.kubernetes import generate as kgen
-from inferwatch.kubernetes.specfile import SPEC_PATH, cluster_spec
-from inferwatch.notifier import alertmanager_config
-from inferwatch.rules.promconfig import prometheus_config
+from inferwatch.deploy import alertmanager as alertmanager_config
+from inferwatch.deploy.kubernetes import generate as kgen
+from inferwatch.deploy.kubernetes.specfile import SPEC_PATH, cluster_spec
+from inferwatch.deploy.prometheus import prometheus_config
 from inferwatch.spec import load_spec, spec_from_dict
 from inferwatch.specload import SpecError
 
@@ -373,7 +373,7 @@ def test_pods_read_the_cluster_spec(objects, spec):
     checksums = {p["metadata"]["annotations"]["inferwatch.io/spec-sha256"]
                  for d in objects if d["kind"] in ("DaemonSet", "Deployment", "StatefulSet")
                  for p in [d["spec"]["template"]]}
-    from inferwatch.kubernetes.workloads import spec_checksum
+    from inferwatch.deploy.kubernetes.workloads import spec_checksum
 
     assert checksums == {spec_checksum(text)}
     mounted = {m["mountPath"] for p in _pods(objects).values() for m in p["containers"][0]["volumeMounts"]

@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from inferwatch.cli import main
+from inferwatch.deploy.kubernetes.generate import OUT_DIR
+from inferwatch.deploy.kubernetes.generate import outputs as k8s_outputs
+from inferwatch.deploy.kubernetes.tenancy import findings
 from inferwatch.exporters.gateway.tenancy import Tenancy
-from inferwatch.kubernetes.generate import OUT_DIR
-from inferwatch.kubernetes.generate import outputs as k8s_outputs
-from inferwatch.kubernetes.tenancy import findings
 from inferwatch.spec import SpecError, spec_from_dict
 
 TENANTS = {"tenants": ["acme", "globex"]}

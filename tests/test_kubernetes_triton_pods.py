@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferwatch.kubernetes.specfile import cluster_spec, triton_url
+from inferwatch.deploy.kubernetes.specfile import cluster_spec, triton_url
 from inferwatch.spec import spec_from_dict
 from inferwatch.specload import SpecError
 

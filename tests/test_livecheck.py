@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from inferwatch.deploy.prometheus import scrape_jobs
 from inferwatch.livecheck import live_problems
 from inferwatch.rules.generate import RULES_DIR
 from inferwatch.rules.generate import outputs as rule_outputs
-from inferwatch.rules.promconfig import scrape_jobs
 from inferwatch.spec import spec_from_dict
 from inferwatch.testing.alertmanager import start_alertmanager
 from inferwatch.testing.process import ManagedProcess, free_port, http_ok

@@ -32,7 +32,7 @@ import requests
 import yaml
 
 from gateway_support import DONE, OpenAIUpstream, chat_chunk, usage_chunk
-from inferwatch.rules.promconfig import scrape_jobs
+from inferwatch.deploy.prometheus import scrape_jobs
 from inferwatch.spec import spec_from_dict
 from inferwatch.testing.process import ManagedProcess, free_port, http_ok
 

@@ -12,7 +12,7 @@ import requests
 import yaml
 
 from conftest import REPO_ROOT
-from inferwatch.notifier.alertmanager_config import PATH, config, inhibit_rules, outputs, secret_files
+from inferwatch.deploy.alertmanager import PATH, config, inhibit_rules, outputs, secret_files
 from inferwatch.spec import load_spec, spec_from_dict
 from notifier_support import notifier_behind_alertmanager, wait_for
 

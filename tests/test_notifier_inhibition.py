@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT
+from inferwatch.deploy.alertmanager import PATH, inhibit_rules, outputs
 from inferwatch.notifier import amtree
-from inferwatch.notifier.alertmanager_config import PATH, inhibit_rules, outputs
 from inferwatch.spec import load_spec, spec_from_dict
 from notifier_support import notifier_behind_alertmanager, wait_for
 from rule_labels import alert_rules

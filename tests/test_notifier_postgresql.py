@@ -123,7 +123,7 @@ def test_outbox_list_and_copy_work_on_the_shared_database(sims, pg_database, tmp
 
 
 def test_the_kubernetes_notifier_reads_the_postgresql_password_from_its_secret():
-    from inferwatch.kubernetes import generate as kgen
+    from inferwatch.deploy.kubernetes import generate as kgen
 
     spec = spec_from_dict({"notifier": {"outbox": {"url": "postgresql://notifier@db.example:5432/inferwatch",
                                                    "password": "${NOTIFIER_PG_PASSWORD}"}}})

@@ -12,8 +12,8 @@ import yaml
 
 from conftest import REPO_ROOT
 from inferwatch.cli import main
+from inferwatch.deploy.alertmanager import config, render
 from inferwatch.notifier import amtree
-from inferwatch.notifier.alertmanager_config import config, render
 from inferwatch.spec import load_spec
 
 SPEC = REPO_ROOT / "inferwatch.yaml"

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from ha_support import ha_spec
+from inferwatch.deploy.kubernetes.monitoring import VALUES_FILE
 from inferwatch.generate import render_all
-from inferwatch.kubernetes.monitoring import VALUES_FILE
 from inferwatch.spec import SpecError, spec_from_dict
 
 REPO = Path(__file__).resolve().parents[1]

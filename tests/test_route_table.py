@@ -1,4 +1,4 @@
-"""The effective routing table (`notifier/routetable.py`): every alert × severity × window of the generated
+"""The effective routing table (`deploy/routetable.py`): every alert × severity × window of the generated
 rules → channels, escalation and the inhibitions that can silence it, for the shipped spec and for a spec
 without routes (the notifier's defaults); and `inferwatch notifier routes test --all` prints it."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from inferwatch.cli import main
-from inferwatch.notifier.routetable import effective_table
+from inferwatch.deploy.routetable import effective_table
 from inferwatch.rules.names import ALERTS
 from inferwatch.spec import load_spec, spec_from_dict
 

@@ -15,11 +15,11 @@ import promql_parser as pp
 import pytest
 import yaml
 
-from inferwatch.central import WATCH_SOURCES, watch_jobs
 from inferwatch.dashboards.generate import dashboards
+from inferwatch.deploy.central import WATCH_SOURCES, watch_jobs
+from inferwatch.deploy.prometheus import prometheus_config, scrape_jobs, unmatched_selectors
 from inferwatch.rules.generate import PROMETHEUS_RULE, RULES_DIR, outputs
 from inferwatch.rules.metricrefs import template_queries
-from inferwatch.rules.promconfig import prometheus_config, scrape_jobs, unmatched_selectors
 from inferwatch.selectors import (
     DEFAULT_JOBS,
     DEFAULT_SELECTORS,
@@ -311,7 +311,7 @@ def test_the_generated_scrape_config_gives_each_source_what_its_selector_picks(s
 
 
 def test_kubernetes_monitors_write_the_labels_the_selectors_ask_for(spec):
-    from inferwatch.kubernetes.monitoring import monitors
+    from inferwatch.deploy.kubernetes.monitoring import monitors
 
     sources = {"inferwatch-gpu-exporter": "gpu", "inferwatch-triton-server": "triton",
                "inferwatch-triton-collector": "triton_collector", "inferwatch-gateway": "gateway",

@@ -1,4 +1,4 @@
-"""vmalert with the generated command line (inferwatch.central.vmalert_command) fires the alerts Prometheus
+"""vmalert with the generated command line (inferwatch.deploy.central.vmalert_command) fires the alerts Prometheus
 fires: real VictoriaMetrics and vmalert, GpuXidCritical's `changes((max by (...) (DCGM_FI_DEV_XID_ERRORS))[5m:])`
 on dcgm-exporter's last-XID gauge.
 
@@ -25,7 +25,7 @@ import pytest
 import requests
 import yaml
 
-from inferwatch.central import vmalert_command
+from inferwatch.deploy.central import vmalert_command
 from inferwatch.rules.generate import RULES_DIR
 from inferwatch.rules.generate import outputs as rule_outputs
 from inferwatch.spec import spec_from_dict

@@ -1,4 +1,4 @@
-"""notifier/webhook_size.py `_escaped` counts the bytes Go's encoding/json (HTML escaping on) writes for a
+"""deploy/webhook_size.py `_escaped` counts the bytes Go's encoding/json (HTML escaping on) writes for a
 string with str methods; it must give what a walk over the characters gives, as Go's encoder
 (encoding/json `appendString`) writes them: `"` `\\` `\\n` `\\r` `\\t` as 2 bytes, `<` `>` `&` U+2028 U+2029 and
 the other control characters as 6 (`\\u003c`), every other character as its UTF-8 bytes, plus 2 quotes."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO_ROOT
-from inferwatch.notifier import webhook_size
+from inferwatch.deploy import webhook_size
 from inferwatch.rules.generate import rule_groups
 from inferwatch.spec import load_spec
 
