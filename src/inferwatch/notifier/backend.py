@@ -6,16 +6,20 @@ durable (the intake then answers 503) and keep `writable` / `write_error` / `wri
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 from inferwatch.notifier.model import WebhookMessage
 from inferwatch.notifier.outbox import Delivery, Outcome, Planned
 
 
 class OutboxBackend(Protocol):
-    path: object  # what log lines name: the SQLite file, or the PostgreSQL URL without credentials
-    write_error: str | None
-    write_errors: dict
+    # Read-only here (properties), so each backend may hold narrower types: a Path, a Counter.
+    @property
+    def path(self) -> object: ...  # what log lines name: the SQLite file, or the PostgreSQL URL without credentials
+    @property
+    def write_error(self) -> str | None: ...
+    @property
+    def write_errors(self) -> Mapping[str, int]: ...
 
     @property
     def writable(self) -> bool: ...

@@ -14,14 +14,15 @@ import queue
 import threading
 from concurrent.futures import Future
 
+from inferwatch.notifier.backend import OutboxBackend
 from inferwatch.notifier.model import WebhookMessage
-from inferwatch.notifier.outbox import Outbox, OutboxError, Planned
+from inferwatch.notifier.outbox import OutboxError, Planned
 
 MAX_BATCH = 256
 
 
 class GroupCommitter:
-    def __init__(self, outbox: Outbox, max_batch: int = MAX_BATCH, metrics=None):
+    def __init__(self, outbox: OutboxBackend, max_batch: int = MAX_BATCH, metrics=None):
         self.outbox = outbox
         self.max_batch = max_batch
         self.metrics = metrics

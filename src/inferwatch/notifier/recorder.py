@@ -17,7 +17,8 @@ import logging
 import threading
 from typing import Callable
 
-from inferwatch.notifier.outbox import Outbox, OutboxError, Outcome
+from inferwatch.notifier.backend import OutboxBackend
+from inferwatch.notifier.outbox import OutboxError, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ RETRY_MAX_S = 10.0
 
 
 class OutcomeRecorder:
-    def __init__(self, outbox: Outbox, metrics=None, *, on_written: Callable[[str], None] | None = None):
+    def __init__(self, outbox: OutboxBackend, metrics=None, *, on_written: Callable[[str], None] | None = None):
         self.outbox = outbox
         self.metrics = metrics
         self.on_written = on_written or (lambda channel: None)

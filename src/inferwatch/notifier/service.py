@@ -320,6 +320,13 @@ class NotifierService:
         except (ValueError, KeyError, TypeError):
             return [], web.json_response({"error": "expected {items: [[delivery_key, channel], ...]}"}, status=400)
 
+    def _sqlite_outbox(self) -> Outbox:
+        """The SQLite outbox the peer protocol reads (replicas.py); replicas on PostgreSQL have no peers, so
+        a peer call reaching one is answered as an unavailable outbox (OutboxError), never a 500."""
+        if not isinstance(self.outbox, Outbox):
+            raise OutboxError("the peer protocol needs the SQLite outbox; this replica shares PostgreSQL")
+        return self.outbox
+
     async def handle_peer_delivered(self, request: web.Request) -> web.Response:
         """For a restarted peer: of its recovered (delivery key, channel) pairs, when this replica accepted each
         and whether it delivered it (replicas.py)."""
@@ -327,7 +334,7 @@ class NotifierService:
         if refusal is not None:
             return refusal
         try:
-            statuses = await asyncio.get_running_loop().run_in_executor(None, self.outbox.peer_status, items)
+            statuses = await asyncio.get_running_loop().run_in_executor(None, self._sqlite_outbox().peer_status, items)
         except (sqlite3.Error, OutboxError):
             return web.json_response({"error": "outbox unreadable"}, status=503)
         return web.json_response({"items": statuses})
@@ -339,7 +346,7 @@ class NotifierService:
         if refusal is not None:
             return refusal
         try:
-            released = await asyncio.get_running_loop().run_in_executor(None, self.outbox.release, items)
+            released = await asyncio.get_running_loop().run_in_executor(None, self._sqlite_outbox().release, items)
         except OutboxError:
             return web.json_response({"error": "outbox unavailable"}, status=503)
         if released:
@@ -351,7 +358,7 @@ class NotifierService:
         if self.peers is None:
             return
         try:
-            rows = self.outbox.recovered(self.started_at)
+            rows = self._sqlite_outbox().recovered(self.started_at)
             taken = await self.peers.settle(rows)
             if taken:
                 self.outbox.finish(taken, "superseded", time.time(), "peer",

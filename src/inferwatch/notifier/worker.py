@@ -32,11 +32,12 @@ import threading
 import time
 from typing import Callable
 
+from inferwatch.notifier.backend import OutboxBackend
 from inferwatch.notifier.channels import DIGEST_KINDS, default_rate
 from inferwatch.notifier.channels.base import Channel, DeliveryResult
 from inferwatch.notifier.metrics import NotifierMetrics
 from inferwatch.notifier.model import Notification
-from inferwatch.notifier.outbox import Delivery, Outbox, Outcome
+from inferwatch.notifier.outbox import Delivery, Outcome
 from inferwatch.notifier.recorder import OutcomeRecorder
 from inferwatch.notifier.senders import make_sender
 from inferwatch.ratelog import ConditionLog
@@ -78,7 +79,7 @@ def backoff_delay(attempts: int, initial_s: float, max_s: float, rng: random.Ran
 
 
 class DeliveryWorker:
-    def __init__(self, spec: Spec, outbox: Outbox, channels: dict[str, Channel], metrics: NotifierMetrics,
+    def __init__(self, spec: Spec, outbox: OutboxBackend, channels: dict[str, Channel], metrics: NotifierMetrics,
                  routes_enrich: dict[int, tuple[str, float]] | None = None, *,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None):
         self.spec = spec
