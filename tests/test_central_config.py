@@ -139,7 +139,7 @@ WATCH_ROWS = [
 
 @pytest.mark.parametrize("edge, targets", WATCH_ROWS)
 def test_kubernetes_runs_the_store_watcher_compose_runs(tmp_path, edge, targets):
-    """deploy/central/kubernetes.yaml holds the store's watcher (inferwatch/kubernetes/storewatch.py): a
+    """deploy/central/kubernetes.yaml holds the store's watcher (deploy/kubernetes/storewatch.py): a
     Prometheus scraping VictoriaMetrics and vmalert (through its new Service), evaluating centralstore.yml
     and sending to the in-cluster Alertmanager; promtool accepts its configuration and rules as mounted."""
     from inferwatch.deploy.kubernetes.clusters import CENTRAL

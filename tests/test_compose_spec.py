@@ -1,4 +1,4 @@
-"""The compose stack's spec (inferwatch/compose.py `compose_spec`) changes addresses and paths only: what
+"""The compose stack's spec (deploy/compose.py `compose_spec`) changes addresses and paths only: what
 the user's spec says about its Triton's timing is kept, so `inferwatch generate` and `check` judge the compose
 outputs by the user's settings, not by Triton's defaults."""
 

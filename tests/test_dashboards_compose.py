@@ -1,6 +1,6 @@
 """docker-compose.yml: valid for Docker Compose (`docker compose config`, or Debian's `docker-compose config`
 where the compose plugin is missing; no engine needed), wired to the generated files, and agreeing with the
-service names and ports inferwatch/compose.py writes into deploy/compose/."""
+service names and ports deploy/compose.py writes into deploy/compose/."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Who may bill a tenant in the generated Kubernetes deploy (inferwatch/kubernetes/tenancy.py): the pods'
+"""Who may bill a tenant in the generated Kubernetes deploy (deploy/kubernetes/tenancy.py): the pods'
 spec (the `inferwatch-spec` ConfigMap of deploy/kubernetes/spec.yaml) believes the tenant header from the
 ingress networks of `kubernetes.tenant_trusted_proxies` besides `gateway.tenant_trusted_proxies`, and
 `inferwatch check` warns where the Kubernetes gateway would bill every declared tenant `other`.

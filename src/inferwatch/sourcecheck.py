@@ -3,7 +3,7 @@
 
 - `identity.gpu.node` differs from `identity.triton.node`: Alertmanager's inhibit `equal:` compares one label
   name on both alerts, so GpuLost/GpuNvmlLost cannot hold back the Triton alerts of their node and the
-  generated configuration leaves that inhibition out (notifier/alertmanager_config.py).
+  generated configuration leaves that inhibition out (deploy/alertmanager.py).
 - `kubernetes.triton.monitor: false` (the user's own ServiceMonitor) with `identity.triton.server` left at
   `triton`, which the Prometheus Operator's target labels never include (`service` names the Service).
 - `selectors.triton` changed while `selectors.engine` keeps its default (`job=~"triton.*|vllm.*"`): the

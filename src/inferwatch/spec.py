@@ -1058,7 +1058,7 @@ class Spec:
     tenants: list[str] = field([], doc="declared tenants; any other X-Tenant-ID folds into 'other'")
     models: list[str] = field([], doc="declared models for gateway labels; others fold into 'other'")
     upstreams: dict[str, Upstream] = field({}, doc="the servers behind the gateway and the models each serves "
-                                                   "(inferwatch/upstreams.py); none: every model is Triton's")
+                                                   "(upstreams.py); none: every model is Triton's")
     tiers: dict[str, Tier] = field({"realtime": Tier(), "standard": Tier(ttft_p95_seconds=1.0, ttft_slo_seconds=2.0),
                                     "batch": Tier(ttft_p95_seconds=10.0, ttft_slo_seconds=20.0)})
     gateway: GatewaySettings = field(GatewaySettings)
@@ -1069,7 +1069,7 @@ class Spec:
     ha: HighAvailability = field(HighAvailability, doc="replicas of Prometheus, Alertmanager and the notifier")
     gates: GateSettings = field(GateSettings, doc="canary gates and autoscaling signals generated from the "
                                                   "alerts' recording rules (docs/canary-gates.md)")
-    billing: Billing = field(Billing, doc="prices per model and budgets per tenant (inferwatch/billing.py, "
+    billing: Billing = field(Billing, doc="prices per model and budgets per tenant (billing.py, "
                                           "docs/cost-and-budgets.md)")
 
     def _validate(self, path: str) -> None:

@@ -147,7 +147,7 @@ def central_outputs(spec: Spec) -> dict[str, str]:
                                       "./rules/generated:/etc/prometheus/rules:ro"],
                           "depends_on": ["victoria-metrics", "vmagent", "vmalert", "alertmanager"]},
     }
-    head = HEADER.replace("from the spec", "from the spec (central store, inferwatch/compose.py)")
+    head = HEADER.replace("from the spec", "from the spec (central store, deploy/compose.py)")
     override = {"services": services, "volumes": {"victoria-metrics-data": {}}}
     return {f"{OUT_DIR}/central.yml": head + dump(override),
             f"{OUT_DIR}/edge-scrape.yml": head + dump(edge_scrape_config(cs)),
@@ -220,7 +220,7 @@ def notifier_service(outbox_volume: str) -> dict:
 def outputs(spec: Spec) -> dict[str, str]:
     """{relative path: text} for `inferwatch generate`."""
     cs = compose_spec(spec)
-    head = HEADER.replace("from the spec", "from the spec (compose addresses, inferwatch/compose.py)")
+    head = HEADER.replace("from the spec", "from the spec (compose addresses, deploy/compose.py)")
     files = {config_path(OUT_DIR, replica): head + dump(config) for replica, config in prometheus_configs(cs).items()}
     files.update(central_outputs(spec))
     files.update({

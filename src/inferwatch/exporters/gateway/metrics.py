@@ -125,7 +125,7 @@ class GatewayMetrics:
         # Money has no Prometheus base unit and a spec has one currency: the unit is the `currency` label (ISO
         # 4217), not a name suffix that would be wrong for every other currency (e.g. _dollars).
         self.cost = Counter("gateway_cost", "Cost of the requests metered, in the currency label's units, from the "
-                            "spec's billing.prices per million tokens (inferwatch/billing.py); a request whose "
+                            "spec's billing.prices per million tokens (billing.py); a request whose "
                             "input or output count is unknown adds nothing and is counted in "
                             "gateway_cost_unknown_requests_total.", LABELS + ("currency",), registry=r)
         self.cost_unknown = Counter("gateway_cost_unknown_requests", "Requests whose cost is unknown: reason="

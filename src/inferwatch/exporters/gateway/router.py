@@ -1,4 +1,4 @@
-"""One gateway in front of several upstreams (spec `upstreams`, inferwatch/upstreams.py): a Proxy per upstream,
+"""One gateway in front of several upstreams (spec `upstreams`, upstreams.py): a Proxy per upstream,
 one chosen per request, before anything is forwarded or metered.
 
 The choice (inferwatch.upstreams.choose): the longest `path_prefix` the request path starts with (the
