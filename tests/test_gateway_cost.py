@@ -147,16 +147,11 @@ def test_no_billing_no_cost():
 
 
 BAD = [
-    ({"prices": {"gpt-test": {"input": 1, "output": 2}}}, "billing.prices", "'claude-test' has no price"),
-    ({"prices": {**PRICES, "nope": {"free": True}}}, "billing.prices.nope", "unknown model"),
     ({"prices": {**PRICES, "toy_llm": {"free": True, "input": 1}}}, "billing.prices.toy_llm.input", "free model"),
     ({"prices": {**PRICES, "gpt-test": {"input": 1}}}, "billing.prices.gpt-test.output", "price per million"),
     ({"prices": {**PRICES, "gpt-test": {"input": -1, "output": 2}}}, "billing.prices.gpt-test.input", ">= 0"),
     ({"currency": "dollars", "prices": PRICES}, "billing.currency", "ISO 4217"),
     ({"budgets": [{"tenant": "acme", "amount": 10}]}, "billing.budgets", "need billing.prices"),
-    ({"prices": PRICES, "budgets": [{"tenant": "zed", "amount": 10}]}, "billing.budgets[0].tenant", "unknown tenant"),
-    ({"prices": PRICES, "budgets": [{"tenant": "acme", "amount": 10, "model": "x"}]}, "billing.budgets[0].model",
-     "unknown model"),
     ({"prices": PRICES, "budgets": [{"tenant": "acme", "amount": 0}]}, "billing.budgets[0].amount", "> 0"),
     ({"prices": PRICES, "budgets": [{"tenant": "acme", "amount": 5, "period": "week"}]},
      "billing.budgets[0].period", "month, day"),
@@ -170,3 +165,36 @@ def test_billing_spec_refused(billing, path, text):
     with pytest.raises(SpecError) as caught:
         spec_from_dict({**SPEC, "billing": billing})
     assert caught.value.path == path and text in caught.value.detail, str(caught.value)
+
+
+# Names that do not match the spec's models and tenants load (a spec derived from another by dropping a model
+# or tenant stays valid) and are warned by `inferwatch check`; a budget naming one is left out of the rules.
+WARNED = [
+    ({"prices": {"gpt-test": {"input": 1, "output": 2}}}, "billing.prices: model 'claude-test' has no price", None),
+    ({"prices": {**PRICES, "nope": {"free": True}}}, "billing.prices.nope: not a declared model", None),
+    ({"prices": PRICES, "budgets": [{"tenant": "zed", "amount": 10}, {"tenant": "acme", "amount": 10}]},
+     "billing.budgets[0].tenant: 'zed' is not a declared tenant", "acme-all-month"),
+    ({"prices": PRICES, "budgets": [{"tenant": "acme", "amount": 10, "model": "x"}]},
+     "billing.budgets[0].model: 'x' is not a declared model", None),
+]
+
+
+@pytest.mark.parametrize("billing, warning, kept", WARNED, ids=[w[1].split(":")[0] for w in WARNED])
+def test_billing_names_outside_the_spec_are_warned_and_left_out(billing, warning, kept):
+    from inferwatch.billing import active_budgets, findings
+    from inferwatch.rules.budget import budget_id, groups
+
+    spec = spec_from_dict({**SPEC, "billing": billing})
+    assert [f for f in findings(spec) if f.startswith(warning)], findings(spec)
+    assert [budget_id(b) for b in active_budgets(spec)] == ([kept] if kept else [])
+    budgets_in_rules = {r.labels["budget"] for g in groups(spec) for r in g.rules if "budget" in r.labels}
+    assert budgets_in_rules == ({kept} if kept else set())
+
+
+def test_the_example_spec_has_no_billing_warning():
+    from pathlib import Path
+
+    from inferwatch.billing import findings
+    from inferwatch.spec import load_spec
+
+    assert findings(load_spec(Path(__file__).resolve().parents[1] / "inferwatch.yaml")) == []

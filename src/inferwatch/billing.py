@@ -108,9 +108,11 @@ class Billing:
     currency: str = field("USD", doc="ISO 4217 code of every price and budget (the currency label of "
                                      "gateway_cost_total)")
     prices: dict[str, Price] = field({}, doc="model -> prices per million tokens, or free: true; when any is "
-                                             "given, every declared model must be priced or free (key `other` "
-                                             "prices the undeclared models)")
-    budgets: list[Budget] = field([], doc="per-tenant (optionally per-model) budgets per month or day")
+                                             "given, every declared model should be priced or free (check warns; "
+                                             "an unpriced model's cost is unknown; key `other` prices the "
+                                             "undeclared models)")
+    budgets: list[Budget] = field([], doc="per-tenant (optionally per-model) budgets per month or day; one "
+                                         "naming an undeclared tenant or model is left out (check warns)")
     forecast_warning_ratio: float = field(1.0, doc="LlmBudgetForecastExceeded fires when the spend so far plus "
                                                    "forecast_window's cost rate until the period ends exceeds "
                                                    "this fraction of the budget")
@@ -131,30 +133,51 @@ class Billing:
         return bool(self.prices)
 
 
-def validate_billing(spec: "Spec") -> None:
-    """Cross-section checks: every declared model priced or free once prices are given; budgets name declared
-    tenants and models, one budget per (tenant, model, period). Raises SpecError."""
-    billing = spec.billing
-    if billing.prices:
-        from inferwatch.spec import OTHER
+def _budget_applies(spec: "Spec", budget: Budget) -> bool:
+    return budget.tenant in spec.tenants and (not budget.model or budget.model in spec.models)
 
+
+def active_budgets(spec: "Spec") -> list[Budget]:
+    """The budgets the rules judge: those naming a declared tenant (and model). One naming anything else is
+    left out and warned by `inferwatch check` (findings), so a spec derived from another by dropping a tenant
+    or model stays valid."""
+    return [b for b in spec.billing.budgets if _budget_applies(spec, b)]
+
+
+def findings(spec: "Spec") -> list[str]:
+    """Warning lines (no prefix) for `inferwatch check`: prices of undeclared models (never used: undeclared
+    models are metered as `other`), declared models without a price (their cost is unknown, counted in
+    gateway_cost_unknown_requests_total{reason="no_price"}), budgets left out (active_budgets)."""
+    from inferwatch.spec import OTHER
+
+    billing, out = spec.billing, []
+    if billing.prices:
         for model in billing.prices:
             if model not in spec.models and model != OTHER:
-                raise SpecError(f"billing.prices.{model}",
-                                f"unknown model (declared: {', '.join(spec.models) or 'none'})")
-        missing = [m for m in spec.models if m not in billing.prices]
-        if missing:
-            raise SpecError("billing.prices", f"model {missing[0]!r} has no price: give its prices or free: true")
+                out.append(f"billing.prices.{model}: not a declared model (declared: "
+                           f"{', '.join(spec.models) or 'none'}); its prices are never used")
+        for model in spec.models:
+            if model not in billing.prices:
+                out.append(f"billing.prices: model {model!r} has no price: its cost is unknown; give its prices "
+                           f"or free: true")
+    for i, budget in enumerate(billing.budgets):
+        if budget.tenant not in spec.tenants:
+            out.append(f"billing.budgets[{i}].tenant: {budget.tenant!r} is not a declared tenant (declared: "
+                       f"{', '.join(spec.tenants) or 'none'}); the budget is left out")
+        elif budget.model and budget.model not in spec.models:
+            out.append(f"billing.budgets[{i}].model: {budget.model!r} is not a declared model (declared: "
+                       f"{', '.join(spec.models) or 'none'}); the budget is left out")
+    return out
+
+
+def validate_billing(spec: "Spec") -> None:
+    """Cross-section checks: budgets need prices, one budget per (tenant, model, period). Raises SpecError.
+    Names that do not match the spec's tenants and models are warnings (findings), not errors."""
+    billing = spec.billing
     if billing.budgets and not billing.prices:
         raise SpecError("billing.budgets", "budgets need billing.prices (a cost to compare them with)")
     seen = set()
     for i, budget in enumerate(billing.budgets):
-        if budget.tenant not in spec.tenants:
-            raise SpecError(f"billing.budgets[{i}].tenant",
-                            f"unknown tenant {budget.tenant!r} (declared: {', '.join(spec.tenants) or 'none'})")
-        if budget.model and budget.model not in spec.models:
-            raise SpecError(f"billing.budgets[{i}].model",
-                            f"unknown model {budget.model!r} (declared: {', '.join(spec.models) or 'none'})")
         key = (budget.tenant, budget.model, budget.period)
         if key in seen:
             which = f" model {budget.model!r}" if budget.model else ""

@@ -99,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
 
     for trust in tenant_trust_findings(spec):
         print(f"warning: {trust}", file=sys.stderr)
+    # Prices and budgets naming models or tenants the spec does not declare, and models without a price.
+    from inferwatch.billing import findings as billing_findings
+
+    for warning in billing_findings(spec):
+        print(f"warning: {warning}", file=sys.stderr)
     # A trusted network holding every address (0.0.0.0/0, ::/0): anyone may set the tenant header.
     from inferwatch.networks import open_trust_findings
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
 
+from inferwatch.billing import active_budgets
 from inferwatch.dashboards.builders import (
     dashboard,
     heatmap_panel,
@@ -162,7 +163,7 @@ def _cost_row(spec: Spec, board: db.Dashboard) -> db.Dashboard:
         "spec's billing.prices (gateway_cost_total).", f"suffix: {currency}/h",
         [query(f"3600 * {_rate(gw, 'gateway_cost_total', 'tenant, model')}", "{{tenant}} {{model}}")],
         stacked=True, min_val=0))
-    if not spec.billing.budgets:
+    if not active_budgets(spec):
         return board
     who = f'{{{TENANT}}}'
     board = board.with_panel(timeseries_panel(

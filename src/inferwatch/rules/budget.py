@@ -23,6 +23,7 @@ no join with a constant series is needed: it would lack the `cluster` label of a
 
 from __future__ import annotations
 
+from inferwatch.billing import active_budgets
 from inferwatch.rules.builders import num
 from inferwatch.rules.model import Alert, Group, Recording
 from inferwatch.spec import Duration, Spec
@@ -51,7 +52,7 @@ KEEP = "tenant, model, currency"
 def recording_rules(spec: Spec) -> list[Recording]:
     gateway = spec.selectors.of("gateway")
     cost = gateway("gateway_cost_total")
-    periods = sorted({b.period for b in spec.billing.budgets}, key=list(PERIODS).index)
+    periods = sorted({b.period for b in active_budgets(spec)}, key=list(PERIODS).index)
     rules = [Recording(INCREASE, f"sum by ({KEEP}) (increase({cost}[{STEP}]))"),
              Recording(RATE, f"sum by ({KEEP}) (rate({cost}[{spec.billing.forecast_window}]))")]
     for period in periods:
@@ -81,7 +82,7 @@ def budget_id(budget) -> str:
 def budget_rules(spec: Spec) -> list[Recording]:
     """Per budget, the spend and the forecast as shares of its amount (1 = all of it), labelled `budget`."""
     out = []
-    for budget in spec.billing.budgets:
+    for budget in active_budgets(spec):
         selector = f'tenant="{budget.tenant}", period="{budget.period}"'
         if budget.model:
             selector += f', model="{budget.model}"'
@@ -110,7 +111,7 @@ def alerts(spec: Spec) -> list[Alert]:
 
 
 def groups(spec: Spec) -> list[Group]:
-    if not spec.billing.budgets:
+    if not active_budgets(spec):
         return []
     records: list[Recording | Alert] = [*recording_rules(spec), *budget_rules(spec)]
     return [Group("inferwatch-llm-budget.rules", records, interval=STEP),
