@@ -113,7 +113,12 @@ def test_a_stopped_program_of_the_central_store_pages_without_the_store(tmp_path
         _wait("vmagent delivering to the store",
               lambda: watcher.query('increase(vmagent_remotewrite_requests_total{status_code="2XX"}[5s]) > 0'), 60)
         # Healthy for a whole window plus `for` once samples flow: nothing pending or firing at any evaluation
-        # of that span (before the first write the store has inserted nothing, and says so).
+        # of that span (before the first write the store has inserted nothing, and says so). Samples flow once
+        # the watcher has scraped the store's inserted-rows counter rising and its rules have evaluated that
+        # (no alert pending): vmagent's 2XX alone can precede the watcher's next scrape of the store.
+        _wait("the watcher seeing the store insert rows, with no alert pending",
+              lambda: watcher.query(f'rate(vm_rows_inserted_total{{job="inferwatch-victoriametrics"}}[{WINDOW_S}s])'
+                                    " > 0") and not watcher.query('ALERTS{component="alerting"}'), 60)
         span = WINDOW_S + FOR_S + 2
         flowing = time.time()
         _wait("a healthy span of history", lambda: watcher.query(f"vector(time()) > {flowing + span:.3f}"), 60)
