@@ -56,6 +56,8 @@ EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("inferwatch_triton_", ("triton",), _REPLICA),
     ("gateway_requests_total", _TMT + ("code", "outcome"), ()),
     ("gateway_tokens_total", _TMT + ("type",), ()),
+    ("gateway_cost_total", _TMT + ("currency",), ()),  # the spec's billing.currency
+    ("gateway_token_details_total", _TMT + ("type",), ()),
     ("gateway_", _TMT, ()),
     ("inferwatch_notifier_notifications_total", ("channel", "outcome"), ()),
     ("inferwatch_notifier_dead_letters_total", ("channel", "reason"), ()),

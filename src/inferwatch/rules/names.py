@@ -274,9 +274,11 @@ ALERTS: dict[str, AlertInfo] = {
     "LlmCancellationRatioHigh": _info("L3", _W, "Many LLM requests are cancelled by clients.", TENANT_MODEL_TIER),
     # One per budget of billing.budgets: `model` only on a per-model budget.
     "LlmBudgetForecastExceeded": _info("L3", _W, "A tenant's cost forecast exceeds its budget for the period.",
-                                       ("budget", "tenant", "period", "currency", "model"), ("budget",)),
+                                       ("budget", "tenant", "period", "currency", "model"),
+                                       ("budget", "tenant", "period", "currency")),
     "LlmBudgetExceeded": _info("L3", _W, "A tenant has spent its budget for the period.",
-                               ("budget", "tenant", "period", "currency", "model"), ("budget",)),
+                               ("budget", "tenant", "period", "currency", "model"),
+                               ("budget", "tenant", "period", "currency")),
     "GatewayExporterDown": _info("L3", _W, "The gateway exporter cannot be scraped, LLM alerts are blind.",
                                  SCRAPE, ("job",)),
     # Notifier self-alerts (layer L1 so they page; Alertmanager routes component=notifier around the notifier)
