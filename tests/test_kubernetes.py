@@ -247,13 +247,21 @@ def test_triton_monitor_follows_the_spec():
     assert args[args.index("--upstream") + 1] == "http://llm-triton.inference.svc:8000"
 
 
-def test_gpu_monitor_keeps_the_workload_pod_labels(objects):
-    """The GPU exporter's per-GPU namespace/pod/container (the pod holding the GPU) must not be renamed to
-    exported_* by the exporter pod's own target labels."""
-    (monitor,) = by_kind(objects, "PodMonitor")
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+@pytest.mark.parametrize("name,dropped", [
+    # the GPU exporter's per-GPU namespace/pod/container (the pod holding the GPU) must not be renamed to
+    # exported_* by the exporter pod's own target labels
+    ("inferwatch-gpu-exporter", "namespace|pod|container"),
+    # the collector's series describe Triton replicas: its own pod is never the `pod` the rules read as one
+    ("inferwatch-triton-collector", "pod|container"),
+], ids=["gpu-exporter", "triton-collector"])
+def test_monitors_drop_the_scraped_pods_own_labels(objects, name, dropped):
+    (monitor,) = [d for d in objects if d["kind"] in ("PodMonitor", "ServiceMonitor") and d["metadata"]["name"] == name]
+    (endpoint,) = monitor["spec"].get("podMetricsEndpoints") or monitor["spec"]["endpoints"]
     drops = [r for r in endpoint["relabelings"] if r.get("action") == "labeldrop"]
-    assert drops == [{"action": "labeldrop", "regex": "namespace|pod|container"}]
+    assert drops == [{"action": "labeldrop", "regex": dropped}]
+    # before the selector's labels are written, so a selector naming one of them still gets it
+    writes = [i for i, r in enumerate(endpoint["relabelings"]) if r.get("targetLabel") in dropped.split("|")]
+    assert all(i > endpoint["relabelings"].index(drops[0]) for i in writes)
     assert not endpoint.get("honorLabels")
 
 

@@ -83,7 +83,13 @@ def collector_service_monitor(spec: Spec) -> dict:
     # As in the static config: the collector's series name the Triton they describe, not the collector's
     # node; Triton is reached through its Service, so the Service stands for the node. (A Service name is a
     # DNS label: no regex metacharacter to escape.)
-    monitor["spec"]["endpoints"][0]["metricRelabelings"] = [
+    endpoint = monitor["spec"]["endpoints"][0]
+    # The operator labels each target with the collector pod's own `pod` and `container`. The rules read `pod`
+    # on the collector's series as the Triton replica they describe (identity.TRITON_REPLICA): kept, every
+    # TritonModelNotReady named the collector's pod as Triton's, and each collector rollout (its template
+    # carries the spec's checksum) renamed every collector-sourced alert, which resolved and paged again.
+    endpoint["relabelings"] = [{"action": "labeldrop", "regex": "pod|container"}, *endpoint["relabelings"]]
+    endpoint["metricRelabelings"] = [
         {"action": "replace", "sourceLabels": ["triton"], "regex": t.service, "targetLabel": "node",
          "replacement": t.service}]
     return monitor
