@@ -24,7 +24,7 @@ webhook and does routing by layer and delivery. Shape and semantics: Alertmanage
   Prometheus external labels (`spec.external_labels`: the cluster's name among them), which Prometheus
   attaches to every alert it sends and which a central store's series carry:
     - the critical variant of an alert inhibits its warning variant for the same object (burn rates: same
-      tier and SLO); GpuMemoryUsageCritical inhibits GpuMemoryUsageHigh on the same GPU;
+      tier and SLO); GpuMemoryUsageCritical inhibits GpuMemoryUsageHigh on the same GPU (MIG instance);
     - GpuNvmlLost (the node's NVML library is lost) inhibits GpuLost on the same node;
     - GpuLost and GpuNvmlLost inhibit the Triton server and model alerts of the same node, TritonServerDown
       those of the same Triton server (node and triton). LLM (L3) alerts are per tenant, model and tier
@@ -38,6 +38,7 @@ from __future__ import annotations
 import yaml
 
 from inferwatch.deploy import webhook_size
+from inferwatch.rules.identity import MIG
 from inferwatch.rules.names import ALERTS
 from inferwatch.spec import LAYERS, Spec
 
@@ -130,10 +131,13 @@ def _alternation(names) -> str:
     return "|".join(sorted(names))
 
 
-def _inhibit(source: list[str], target: list[str], equal: list[str]) -> dict:
-    """One inhibit rule whose `equal` labels must be present (non-empty) on the source and the target."""
+def _inhibit(source: list[str], target: list[str], equal: list[str], refine: tuple[str, ...] = ()) -> dict:
+    """One inhibit rule whose `equal` labels must be present (non-empty) on the source and the target.
+    `refine`: labels also compared but not required, each naming a part within the object the required ones
+    name (a MIG instance of one GPU): absent on both (a GPU without MIG), Alertmanager counts them equal."""
     present = [f'{label}=~".+"' for label in equal]
-    return {"source_matchers": source + present, "target_matchers": target + present, "equal": list(equal)}
+    return {"source_matchers": source + present, "target_matchers": target + present,
+            "equal": [*equal, *refine]}
 
 
 def identity_names(spec: Spec, layer: str) -> dict[str, str]:
@@ -166,8 +170,10 @@ def inhibit_rules(spec: Spec) -> list[dict]:
                               identity_names(spec, info.layer))
                 rules.append(_inhibit([f'alertname="{name}"', 'severity="critical"'],
                                       [f'alertname="{name}"', 'severity="warning"'], [*same, *cluster]))
+    # Per MIG instance, as both alerts are (identity.GPU_INSTANCE): one full instance must not hide another
+    # instance's warning, a workload of its own.
     rules.append(_inhibit(['alertname="GpuMemoryUsageCritical"'], ['alertname="GpuMemoryUsageHigh"'],
-                          [gpu_node, "gpu", *cluster]))
+                          [gpu_node, "gpu", *cluster], refine=MIG))
     rules.append(_inhibit(['alertname="GpuNvmlLost"'], ['alertname="GpuLost"'], [gpu_node, *cluster]))
     # Alerts that carry node and triton in every shape, or in one of their shapes (an engine on Triton's port;
     # a vLLM server of its own has neither, and the rules below require both on the target).
