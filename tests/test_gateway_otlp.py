@@ -241,6 +241,8 @@ OTLP_ERRORS = [
     ({"endpoint": "http://c:4318/v1/metrics", "headers": {"authorization": "Bearer ${X}"}},
      "gateway.otlp.headers.authorization", "${ENV_VAR}"),
     ({"endpoint": "http://c:4318/v1/metrics", "service_name": ""}, "gateway.otlp.service_name", "service name"),
+    ({"endpoint": "http://c:4318/v1/metrics", "max_attribute_sets": 0}, "gateway.otlp.max_attribute_sets",
+     "1-100000"),
     ({"endpoint": "http://c:4318/v1/metrics", "protocol": "grpc"}, "gateway.otlp", "protocol"),
 ]
 
@@ -329,3 +331,26 @@ def test_workers_each_export_and_sum_to_the_prometheus_counters(tmp_path):
         up.stop()
         receiver.stop()
 
+
+
+def test_attribute_sets_beyond_the_limit_fold_into_the_overflow_set():
+    """gateway.otlp.max_attribute_sets bounds each metric's sets; the rest is one otel.metric.overflow set,
+    so the sums still equal every token metered."""
+    receiver = OtlpReceiver()
+    os.environ["OTLP_TEST_AUTH"] = "x"
+    try:
+        from inferwatch.exporters.gateway.api import Gateway
+
+        spec = _otlp_spec(receiver.url, max_attribute_sets=2)
+        gateway = Gateway(spec_from_dict(spec))
+        for tenant in SPEC["tenants"][:4]:
+            with gateway.request(tenant=tenant, model="gpt-test") as req:
+                req.usage(output_tokens=5, input_tokens=10)
+        gateway.close()
+        (metrics,) = latest(receiver.received()).values()
+        points = metrics["gen_ai.client.token.usage"].histogram.data_points
+        assert len(points) == 3 and [attributes(p) for p in points].count({"otel.metric.overflow": True}) == 1
+        assert sum(p.sum for p in points) == 4 * 15
+    finally:
+        del os.environ["OTLP_TEST_AUTH"]
+        receiver.stop()

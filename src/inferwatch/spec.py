@@ -520,6 +520,10 @@ class GatewayOtlp:
     provider_name: str = field("", doc="gen_ai.provider.name of every point; empty: by each request's API "
                                        "(openai for the OpenAI APIs, anthropic for Messages, triton for Triton's)")
     service_name: str = field("inferwatch-gateway", doc="the resource's service.name")
+    max_attribute_sets: int = field(2000, doc="distinct attribute sets per metric (the SDK's default limit), "
+                                              "1-100000; beyond it, points go to one set "
+                                              "otel.metric.overflow=true (raise it for tenants x models x tiers "
+                                              "x APIs x error types above it)")
 
     @property
     def enabled(self) -> bool:
@@ -549,6 +553,8 @@ class GatewayOtlp:
             raise SpecError(f"{path}.interval", f"expected 1s to 1h, got {self.interval}")
         if self.timeout.ms <= 0:
             raise SpecError(f"{path}.timeout", f"expected more than 0s, got {self.timeout}")
+        if not 1 <= self.max_attribute_sets <= 100_000:
+            raise SpecError(f"{path}.max_attribute_sets", f"expected 1-100000, got {self.max_attribute_sets}")
         if not self.service_name:
             raise SpecError(f"{path}.service_name", "expected a service name, got ''")
 

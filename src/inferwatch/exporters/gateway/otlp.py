@@ -117,7 +117,7 @@ class OtlpExport:
 
     def __init__(self, settings: "GatewayOtlp", registry: CollectorRegistry):
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, Histogram, MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
 
@@ -131,11 +131,14 @@ class OtlpExport:
                                       preferred_temporality=cumulative())
         self._exporter = _Counting(exporter, self.exports, address(settings.endpoint))
         reader = PeriodicExportingMetricReader(self._exporter, export_interval_millis=settings.interval.ms,
-                                               export_timeout_millis=timeout_s * 1000)
+                                               export_timeout_millis=timeout_s * 1000,
+                                               cardinality_limits={Histogram: settings.max_attribute_sets})
         resource = Resource.create({"service.name": settings.service_name,
                                     "service.instance.id": f"{socket.gethostname()}-{os.getpid()}-"
                                                            f"{uuid.uuid4().hex[:8]}"})
-        self.provider = MeterProvider(metric_readers=[reader], resource=resource, shutdown_on_exit=False)
+        # No exemplars: the gateway records no spans, and the filter's context lookup costs every record.
+        self.provider = MeterProvider(metric_readers=[reader], resource=resource, shutdown_on_exit=False,
+                                      exemplar_filter=AlwaysOffExemplarFilter())
         meter = self.provider.get_meter("inferwatch.gateway",
                                         schema_url=f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}")
         self.token_usage = meter.create_histogram(
