@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# semantic-conventions v1.41.0, docs/gen-ai/gen-ai-metrics.md (ExplicitBucketBoundaries of each metric).
+# semantic-conventions v1.41.0, the GenAI metrics page gen-ai-metrics.md (ExplicitBucketBoundaries of each metric).
 SEMCONV_VERSION = "1.41.0"
 TOKEN_USAGE_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
                        67108864)
