@@ -506,6 +506,60 @@ class Tier:
 
 
 @dataclasses.dataclass
+class GatewayOtlp:
+    """An OpenTelemetry export of the gateway's metrics under the GenAI semantic conventions, beside /metrics
+    (docs/gateway-otlp.md): OTLP/HTTP protobuf to a collector, cumulative, from the same meter as gateway_*."""
+
+    endpoint: str = field("", doc="OTLP/HTTP metrics URL of a collector, with its path, e.g. "
+                                  "http://otel-collector:4318/v1/metrics; empty: no export (the default)")
+    headers: dict[str, Secret] = field({}, doc="headers of every export request, secrets by reference, e.g. "
+                                               "authorization: ${OTLP_AUTHORIZATION}")
+    interval: Duration = field(_d("60s"), doc="time between two exports (the SDK's default), 1s to 1h")
+    timeout: Duration = field(_d("10s"), doc="deadline of one export, retries included (the SDK's default); "
+                                             "a longer one than the interval is cut to the interval")
+    provider_name: str = field("", doc="gen_ai.provider.name of every point; empty: by each request's API "
+                                       "(openai for the OpenAI APIs, anthropic for Messages, triton for Triton's)")
+    service_name: str = field("inferwatch-gateway", doc="the resource's service.name")
+    max_attribute_sets: int = field(2000, doc="distinct attribute sets per metric (the SDK's default limit), "
+                                              "1-100000; beyond it, points go to one set "
+                                              "otel.metric.overflow=true (raise it for tenants x models x tiers "
+                                              "x APIs x error types above it)")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.endpoint)
+
+    def _validate(self, path: str) -> None:
+        import re
+        from urllib.parse import urlsplit
+
+        if self.endpoint:
+            try:
+                parts = urlsplit(self.endpoint)
+                host, _port = parts.hostname, parts.port
+            except ValueError as exc:
+                raise SpecError(f"{path}.endpoint", f"expected an http(s) URL ({exc})") from None
+            if parts.scheme not in ("http", "https") or not host:
+                raise SpecError(f"{path}.endpoint", "expected an http(s) URL with a host, such as "
+                                                    "http://otel-collector:4318/v1/metrics")
+            if parts.username is not None or parts.password is not None:
+                # A URL lands in log lines; credentials belong in `headers`, by reference.
+                raise SpecError(f"{path}.endpoint", "expected a URL without user:password@ (put credentials in "
+                                                    "headers, by reference; the value is not shown)")
+        for name in self.headers:
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+                raise SpecError(f"{path}.headers", f"expected HTTP header names, got {name!r}")
+        if not 1000 <= self.interval.ms <= 3_600_000:
+            raise SpecError(f"{path}.interval", f"expected 1s to 1h, got {self.interval}")
+        if self.timeout.ms <= 0:
+            raise SpecError(f"{path}.timeout", f"expected more than 0s, got {self.timeout}")
+        if not 1 <= self.max_attribute_sets <= 100_000:
+            raise SpecError(f"{path}.max_attribute_sets", f"expected 1-100000, got {self.max_attribute_sets}")
+        if not self.service_name:
+            raise SpecError(f"{path}.service_name", "expected a service name, got ''")
+
+
+@dataclasses.dataclass
 class GatewaySettings:
     """The L3 gateway proxy: label headers, limits, and which Triton models are LLMs (metered)."""
 
@@ -551,6 +605,9 @@ class GatewaySettings:
                   "every client credential header (Authorization, X-Api-Key, Api-Key) is removed from every "
                   "forwarded request and call and this sent instead (over --upstream URL credentials); unset, "
                   "the client's own are forwarded as sent (exporters/gateway/credentials.py)")
+    otlp: GatewayOtlp = field(GatewayOtlp, doc="OpenTelemetry export of the gateway's metrics under the GenAI "
+                                               "semantic conventions (docs/gateway-otlp.md); off unless an endpoint "
+                                               "is set")
 
     def _validate(self, path: str) -> None:
         for name in ("max_body_bytes", "max_answer_bytes"):

@@ -25,7 +25,8 @@ from inferwatch.exporters.gateway.exchange import Exchange
 from inferwatch.exporters.gateway.labels import LabelPolicy
 from inferwatch.exporters.gateway.meter import RequestMeter, Usage
 from inferwatch.exporters.gateway.metrics import GatewayMetrics
-from inferwatch.exporters.gateway.routes import Classifier, Route
+from inferwatch.exporters.gateway.otlp import APIS, api_of
+from inferwatch.exporters.gateway.routes import Classifier, Route, route_key
 from inferwatch.ratelog import ConditionLog
 from inferwatch.spec import Spec
 
@@ -41,7 +42,7 @@ class Gateway:
     def __init__(self, spec: Spec | None = None, registry: CollectorRegistry | None = None,
                  usage_sink: Callable[[Usage], None] | None = None):
         self.spec = spec if spec is not None else Spec()
-        self.metrics = GatewayMetrics(registry, self.spec.billing)
+        self.metrics = GatewayMetrics(registry, self.spec.billing, self.spec.gateway.otlp)
         self.labels = LabelPolicy(self.spec)
         self.usage_sink = usage_sink
         self.classifier = Classifier(self.spec.gateway.llm_models, self.spec.gateway.routes)
@@ -65,8 +66,14 @@ class Gateway:
         if route is None:
             return None
         series = self.metrics.series(*self.labels.from_headers(headers, route.model))
-        return Exchange(route, RequestMeter(series, streamed=False, started=started), self.usage_sink,
-                        self.max_answer_bytes, self._unmetered)
+        meter = RequestMeter(series, streamed=False, started=started)
+        meter.api = api_of(route.protocol, route_key(path))
+        return Exchange(route, meter, self.usage_sink, self.max_answer_bytes, self._unmetered)
+
+    def close(self) -> None:
+        """Send the OpenTelemetry export's last points and stop its thread (nothing without gateway.otlp)."""
+        if self.metrics.otlp is not None:
+            self.metrics.otlp.shutdown()
 
     def _unmetered(self, reason: str, model: str, detail: str, example: str = "") -> None:
         """One log line per kind of unmetered answer a minute (`detail` names the kind, `example` is the
@@ -78,10 +85,16 @@ class Gateway:
 
     @contextlib.contextmanager
     def request(self, *, tenant: str | None = None, service: str | None = None, model: str | None = None,
-                streamed: bool = True) -> Iterator["TrackedRequest"]:
-        """Meter one request in your own code (see the module docstring)."""
+                streamed: bool = True, api: str = "chat") -> Iterator["TrackedRequest"]:
+        """Meter one request in your own code (see the module docstring). `api` names the API it serves for
+        the OpenTelemetry export's gen_ai.operation.name: a key of otlp.APIS (chat, completions, responses,
+        messages, embeddings, triton); raises ValueError for another."""
+        if api not in APIS:
+            raise ValueError(f"api: expected one of {', '.join(APIS)}, got {api!r}")
         series = self.metrics.series(self.labels.tenant(tenant), self.labels.model(model), self.labels.tier(service))
-        tracked = TrackedRequest(RequestMeter(series, streamed), self._unmetered)
+        meter = RequestMeter(series, streamed)
+        meter.api = api
+        tracked = TrackedRequest(meter, self._unmetered)
         try:
             yield tracked
         except (asyncio.CancelledError, GeneratorExit):

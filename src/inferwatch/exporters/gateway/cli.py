@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     if args.grpc_upstream is not None:
         check_grpc_fleet(spec)
     tls = grpc_tls(spec) if args.grpc_upstream is not None else None
+    for secret in spec.gateway.otlp.headers.values():
+        secret.reveal()  # a header that cannot be resolved stops the start here, not in a worker (SpecError)
 
     def grpc_kwargs(gateway) -> dict:
         if args.grpc_upstream is None:
@@ -86,7 +88,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers == 1:
         gateway = Gateway(spec, usage_sink=sink)
-        run_forever(handler(gateway), args.host, args.port, args.metrics_port, **grpc_kwargs(gateway))
+        try:
+            run_forever(handler(gateway), args.host, args.port, args.metrics_port, **grpc_kwargs(gateway))
+        finally:
+            gateway.close()
         return 0
     import asyncio
 
@@ -96,8 +101,11 @@ def run(args: argparse.Namespace) -> int:
     def start_worker() -> None:
         # Built in the worker, after the fork: its metrics must be the multiprocess kind (workers.py).
         gateway = Gateway(spec, usage_sink=sink)
-        run_forever(handler(gateway), args.host, args.port, None, reuse_port=True,
-                    on_ready=lambda *_: worker_ready(), **grpc_kwargs(gateway))
+        try:
+            run_forever(handler(gateway), args.host, args.port, None, reuse_port=True,
+                        on_ready=lambda *_: worker_ready(), **grpc_kwargs(gateway))
+        finally:
+            gateway.close()
 
     def metrics(registry, stop: asyncio.Event):
         return serve_metrics(registry, args.host, args.metrics_port, stop)

@@ -35,7 +35,7 @@ import bisect
 import dataclasses
 import time
 
-from inferwatch.exporters.gateway.metrics import ITL_BUCKETS, Series, observe_counts
+from inferwatch.exporters.gateway.metrics import ITL_BUCKETS, Series, code_label, observe_counts
 
 # ITL observations are gathered per request and written in bulk (one write per bucket used) when the request
 # ends, and at least this often while a long stream runs, so /metrics lags a running stream by at most this.
@@ -98,7 +98,7 @@ class RequestMeter:
     __slots__ = ("series", "streamed", "clock", "started", "first_token_at", "last_token_at", "counted_tokens",
                  "exact_output_tokens", "input_tokens", "method", "upstream_started", "upstream_duration",
                  "finished", "unmetered", "error_code", "error_type", "_itl", "_itl_sum", "_itl_written",
-                 "_chunks", "_chunk_sum", "_first0", "_seqs", "details")
+                 "_chunks", "_chunk_sum", "_first0", "_seqs", "details", "api")
 
     def __init__(self, series: Series, streamed: bool, clock=time.perf_counter, started: float | None = None):
         self.series = series
@@ -126,6 +126,8 @@ class RequestMeter:
         self._seqs: dict[int, list] | None = None  # sequence ≥ 1 → [first token at, last token at, tokens]
         # Token types (DETAIL_FIELDS order) as the upstream's usage reported them; None: not reported.
         self.details: list[int | None] | None = None  # allocated only when a server reports one
+        # The API the request used (otlp.APIS key: its gen_ai.operation.name); None: Triton's gRPC API.
+        self.api: str | None = None
         series.in_flight.inc()
 
     def tokens(self, n: int, now: float | None = None, seq: int = 0, exact: bool = True) -> None:
@@ -279,26 +281,32 @@ class RequestMeter:
         cost = s.add_cost(inputs, out, details)
         if self.method is not None:
             s.count_method(self.method)
+        tpots: tuple[float, ...] = ()
         if outcome == "ok" and out:
             s.output_tokens.observe(out)
             if duration > 0:
                 s.tokens_per_second.observe(out / duration)
             if self.streamed and self._seqs is None:
                 if out >= 2 and self._first0 is not None:
-                    s.tpot.observe((self.last_token_at - self._first0) / (out - 1))
+                    tpots = ((self.last_token_at - self._first0) / (out - 1),)
             elif self.streamed:
-                self._sequence_tpot()
+                tpots = self._sequence_tpots()
+            for value in tpots:
+                s.tpot.observe(value)
+        otlp = s.metrics.otlp
+        if otlp is not None:  # the same values as the Prometheus families above (exporters/gateway/otlp.py)
+            ttft = self.first_token_at - self.started if self.streamed and self.first_token_at is not None else None
+            otlp.record(s.key, self.api, outcome, code_label(code if label_code is None else label_code), duration,
+                        ttft, inputs, out, tpots)
         return self.usage(outcome, code, duration, cost)
 
-    def _sequence_tpot(self) -> None:
+    def _sequence_tpots(self) -> tuple[float, ...]:
         """TPOT once per sequence of a several-choice request, over the tokens counted from its events (the
         upstream's exact count is the request's total, not a sequence's)."""
         sequences = list(self._seqs.values()) if self._seqs else []
         if self._first0 is not None:
             sequences.append([self._first0, self.last_token_at, self.counted_tokens - sum(q[2] for q in sequences)])
-        for first, last, count in sequences:
-            if count >= 2:
-                self.series.tpot.observe((last - first) / (count - 1))
+        return tuple((last - first) / (count - 1) for first, last, count in sequences if count >= 2)
 
     def usage(self, outcome: str, code: int, duration: float, cost: float | None = None) -> Usage:
         """The request's billing record as the meter knows it now (finish's; also the record of a request

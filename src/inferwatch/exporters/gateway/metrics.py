@@ -22,6 +22,8 @@ from inferwatch.billing import request_cost
 
 if TYPE_CHECKING:
     from inferwatch.billing import Billing
+    from inferwatch.exporters.gateway.otlp import OtlpExport
+    from inferwatch.spec import GatewayOtlp
 
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4,
                 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
@@ -87,7 +89,8 @@ class GatewayMetrics:
     already folded to a bounded set (labels.LabelPolicy), so the cache is bounded too.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None, billing: "Billing | None" = None):
+    def __init__(self, registry: CollectorRegistry | None = None, billing: "Billing | None" = None,
+                 otlp: "GatewayOtlp | None" = None):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.billing = billing
         r = self.registry
@@ -142,6 +145,12 @@ class GatewayMetrics:
                                  "is not one: negative, not an integer, too large) or meter_error (a metering "
                                  "failure).", ("model", "reason"), registry=r)
         self._series: dict[tuple[str, str, str], Series] = {}
+        # The GenAI OpenTelemetry export (spec gateway.otlp), fed by RequestMeter.finish beside these families.
+        self.otlp: "OtlpExport | None" = None
+        if otlp is not None and otlp.enabled:
+            from inferwatch.exporters.gateway.otlp import OtlpExport
+
+            self.otlp = OtlpExport(otlp, self.registry)
 
     def series(self, tenant: str, model: str, tier: str) -> "Series":
         key = (tenant, model, tier)
