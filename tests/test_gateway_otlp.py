@@ -283,10 +283,10 @@ def test_off_by_default_and_a_missing_secret_stops_the_start(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def test_in_process_api_exports_with_its_api(tmp_path):
+def test_in_process_api_exports_with_its_api(monkeypatch):
     """Gateway.request (the in-process API) records the same points; its `api` names the operation."""
     receiver = OtlpReceiver()
-    os.environ["OTLP_TEST_AUTH"] = "x"
+    monkeypatch.setenv("OTLP_TEST_AUTH", "x")
     try:
         from inferwatch.exporters.gateway.api import Gateway
 
@@ -303,7 +303,6 @@ def test_in_process_api_exports_with_its_api(tmp_path):
         assert histogram_sum(by_instance, "gen_ai.client.token.usage",
                              **{"gen_ai.operation.name": "text_completion", "gen_ai.token.type": "input"}) == (1, 3)
     finally:
-        del os.environ["OTLP_TEST_AUTH"]
         receiver.stop()
 
 
@@ -332,12 +331,11 @@ def test_workers_each_export_and_sum_to_the_prometheus_counters(tmp_path):
         receiver.stop()
 
 
-
-def test_attribute_sets_beyond_the_limit_fold_into_the_overflow_set():
+def test_attribute_sets_beyond_the_limit_fold_into_the_overflow_set(monkeypatch):
     """gateway.otlp.max_attribute_sets bounds each metric's sets; the rest is one otel.metric.overflow set,
     so the sums still equal every token metered."""
     receiver = OtlpReceiver()
-    os.environ["OTLP_TEST_AUTH"] = "x"
+    monkeypatch.setenv("OTLP_TEST_AUTH", "x")
     try:
         from inferwatch.exporters.gateway.api import Gateway
 
@@ -352,5 +350,4 @@ def test_attribute_sets_beyond_the_limit_fold_into_the_overflow_set():
         assert len(points) == 3 and [attributes(p) for p in points].count({"otel.metric.overflow": True}) == 1
         assert sum(p.sum for p in points) == 4 * 15
     finally:
-        del os.environ["OTLP_TEST_AUTH"]
         receiver.stop()
