@@ -132,4 +132,5 @@ def test_check_on_the_shipped_spec_prints_the_table_and_no_contradiction(capsys,
     rows = {tuple(line.split()[:3]): line for line in lines[header + 1:]}
     assert "phone, llm-owners-wecom" in rows[("LlmTtftBurnRate", "critical", "fast-1h")]
     assert "after 30m: phone" in rows[("TritonServerDown", "critical", "-")]
-    assert "GpuMemoryUsageCritical (equal: node, gpu)" in rows[("GpuMemoryUsageHigh", "warning", "-")]
+    memory_inhibition = "GpuMemoryUsageCritical (equal: node, gpu, GPU_I_ID, GPU_I_PROFILE)"
+    assert memory_inhibition in rows[("GpuMemoryUsageHigh", "warning", "-")]
