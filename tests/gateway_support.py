@@ -266,10 +266,13 @@ class GatewayProcess:
         return Samples(self.samples())
 
     def usages(self, **match) -> list[dict]:
-        """Usage-log records whose fields equal `match`."""
+        """Usage-log records whose fields equal `match`, from complete lines only: a read racing the gateway's
+        write can end inside a record (the kernel copies a write across a page boundary in steps), and that
+        record is read whole on the next call."""
         if not self.usage_path.exists():
             return []
-        rows = [json.loads(line) for line in self.usage_path.read_text().splitlines() if line.strip()]
+        complete = self.usage_path.read_text().rpartition("\n")[0]
+        rows = [json.loads(line) for line in complete.splitlines() if line.strip()]
         return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
 
     def wait_usage(self, **match) -> dict:

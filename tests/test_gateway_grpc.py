@@ -310,8 +310,8 @@ def test_the_cli_serves_grpc_beside_http_with_forked_metrics(triton, tmp_path, w
         # /metrics is rendered in a forked child (or summed over workers) while gRPC threads run.
         wait_until(lambda: gw.value("gateway_tokens_total", **ACME, type="output") == 20, timeout=20,
                    what="20 tokens on /metrics")
-        lines = gw.usage_path.read_text().splitlines()
-        assert len(lines) == 4 and all('"output_tokens":5' in line for line in lines)
+        wait_until(lambda: len(gw.usages()) == 4, what="4 usage records")
+        assert [u["output_tokens"] for u in gw.usages()] == [5] * 4
     finally:
         gw.process.stop()
 
