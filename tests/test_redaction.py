@@ -49,3 +49,18 @@ def test_percent_encoded_credentials_are_registered_as_clients_decode_and_send_t
 def test_a_url_without_credentials_registers_nothing():
     redaction.register_url_credentials("http://plain-triton-host:8000")
     assert redaction.redact("triton plain-triton-host:8000 unreachable") == "triton plain-triton-host:8000 unreachable"
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("Authorization: Bearer abcdefgh1", "Authorization: Bearer <redacted>"),
+    ("{'Authorization': 'Basic QWxhZGRpbjpvcGVu'}", "{'Authorization': 'Basic <redacted>'}"),
+    ("authorization=xyz123abc", "authorization=<redacted>"),
+    ('"authorization": "tok-abcdef"', '"authorization": "<redacted>"'),
+    ("upstream_authorization: Bearer sk-live-1234", "upstream_authorization: Bearer <redacted>"),
+    # A spec error names the field, then prose: the prose stays (it said `<redacted> variable` before).
+    ("gateway.upstream_authorization: environment variable TOKEN is not set",
+     "gateway.upstream_authorization: environment variable TOKEN is not set"),
+    ("field upstream_authorization: expected a string", "field upstream_authorization: expected a string"),
+])
+def test_authorization_values_are_redacted_and_field_names_with_prose_are_not(text, shown):
+    assert redaction.redact(text) == shown

@@ -39,7 +39,12 @@ _PATTERNS = [
     (re.compile(r"(?i)(\"(?:routing_key|integration_key|token|password|secret|api_key)\"\s*:\s*\")[^\"]*"),
      r"\1" + REDACTED),
     # Authorization headers, keeping the scheme: "Authorization: Bearer X", "'Authorization': 'Basic X'".
-    (re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?(?:bearer\s+|basic\s+|token\s+)?)[^\s'\",}]+"),
+    (re.compile(r"(?i)((?<![\w.-])authorization['\"]?\s*[:=]\s*['\"]?(?:bearer\s+|basic\s+|token\s+)?)"
+                r"[^\s'\",}]+"), r"\1" + REDACTED),
+    # A field named after the header (`upstream_authorization: Bearer X`) holds a credential only after a
+    # scheme: without one the next word is the error's prose ("upstream_authorization: environment variable
+    # ... is not set"), which must stay readable.
+    (re.compile(r"(?i)([\w.-]authorization['\"]?\s*[:=]\s*['\"]?(?:bearer|basic|token)\s+)[^\s'\",}]+"),
      r"\1" + REDACTED),
     # URL user-info: scheme://user:password@host or scheme://token@host.
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@"), r"\1" + REDACTED + "@"),
