@@ -18,7 +18,7 @@ import contextlib
 import logging
 from typing import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from inferwatch.exporters.gateway.counts import InvalidCount, part_count, token_count
 from inferwatch.exporters.gateway.exchange import Exchange
@@ -36,7 +36,10 @@ log = logging.getLogger(__name__)
 class Gateway:
     """Metrics, label policy and the usage sink shared by every request.
 
-    `usage_sink(Usage)` is called once per finished request (billing records); it must not block.
+    `usage_sink(Usage)` is called once per finished request (billing records); it must not block. A record
+    the sink refuses (it raises: the usage log's disk is full, its pipe closed) is lost, never retried from a
+    buffer: it is counted in `gateway_usage_records_total{result="failed"}` (each written one under
+    `result="written"`) and logged once a minute per kind of error, and the request goes on.
     """
 
     def __init__(self, spec: Spec | None = None, registry: CollectorRegistry | None = None,
@@ -44,7 +47,16 @@ class Gateway:
         self.spec = spec if spec is not None else Spec()
         self.metrics = GatewayMetrics(registry, self.spec.billing, self.spec.gateway.otlp)
         self.labels = LabelPolicy(self.spec)
-        self.usage_sink = usage_sink
+        self.usage_sink: Callable[[Usage], None] | None = None
+        if usage_sink is not None:
+            self._sink = usage_sink
+            self._records = Counter("gateway_usage_records", "Usage-log records (per-request billing records) by "
+                                    "result: written, or failed (lost: the usage log could not take it, e.g. "
+                                    "its disk is full).", ("result",), registry=self.metrics.registry)
+            for result in ("written", "failed"):  # none failed yet is known: 0, not absent
+                self._records.labels(result)
+            self.usage_sink = self._record
+        self._sink_log = ConditionLog(log)
         self.classifier = Classifier(self.spec.gateway.llm_models, self.spec.gateway.routes)
         self.max_answer_bytes = self.spec.gateway.max_answer_bytes
         # One line per (reason, model, detail) a minute; keys bounded by ConditionLog (then shared).
@@ -69,6 +81,17 @@ class Gateway:
         meter = RequestMeter(series, streamed=False, started=started)
         meter.api = api_of(route.protocol, route_key(path))
         return Exchange(route, meter, self.usage_sink, self.max_answer_bytes, self._unmetered)
+
+    def _record(self, usage: Usage) -> None:
+        try:
+            self._sink(usage)
+        except Exception as exc:  # noqa: BLE001 - a usage log that cannot be written must not fail the request
+            self._records.labels("failed").inc()
+            self._sink_log.log(f"sink:{exc.__class__.__name__}", logging.ERROR, "usage record lost, not written "
+                               "(%s: %s); further ones like it within a minute are only counted in "
+                               "gateway_usage_records_total{result=\"failed\"}", exc.__class__.__name__, exc)
+        else:
+            self._records.labels("written").inc()
 
     def close(self) -> None:
         """Send the OpenTelemetry export's last points and stop its thread (nothing without gateway.otlp)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from urllib.parse import urlsplit
 
@@ -74,10 +75,11 @@ def run(args: argparse.Namespace) -> int:
     sink = None
     if args.usage_log:
         try:
-            stream = sys.stdout if args.usage_log == "-" else open(args.usage_log, "a", encoding="utf-8")
+            fd = sys.stdout.fileno() if args.usage_log == "-" else os.open(
+                args.usage_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         except OSError as exc:
             raise UsageError(f"--usage-log: cannot open {args.usage_log}: {exc.strerror}") from None
-        sink = usage_writer(stream)
+        sink = usage_writer(fd)
 
     def handler(gateway):
         if isinstance(urls, str):

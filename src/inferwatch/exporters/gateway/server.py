@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import signal
-from typing import Callable, TextIO
+from typing import Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -26,12 +26,28 @@ from inferwatch.exporters.gateway.serverlog import ServerLog
 log = logging.getLogger(__name__)
 
 
-def usage_writer(stream: TextIO):
-    """A usage sink writing one JSON line per finished request (the per-request billing record)."""
+def usage_writer(fd: int) -> Callable[[Usage], None]:
+    """A usage sink writing one JSON line per finished request (the per-request billing record) to the open
+    file descriptor `fd` (an O_APPEND file, or a pipe), one `os.write` per record and no buffer between.
+
+    Why unbuffered: a record the disk cannot take raises OSError (ENOSPC, EPIPE ...) at once, so the caller
+    counts it lost (api.Gateway); a buffered stream kept it, said nothing, and wrote it or tore it later. On an
+    O_APPEND file each write lands whole at the end, so the records of several workers never interleave. A
+    record cut by an error after a partial write is ended by the next record's leading newline, so no later
+    record is glued to it (readers skip the one cut line)."""
+    torn = False
 
     def write(usage: Usage) -> None:
-        stream.write(json.dumps(usage.__dict__, separators=(",", ":")) + "\n")
-        stream.flush()
+        nonlocal torn
+        data = (("\n" if torn else "") + json.dumps(usage.__dict__, separators=(",", ":")) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except OSError:
+                torn = len(view) < len(data)
+                raise
+        torn = False
 
     return write
 
