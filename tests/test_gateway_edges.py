@@ -4,6 +4,7 @@ already taken (malformed requests to the proxy port: test_gateway_server.py)."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import socket
 
@@ -164,3 +165,51 @@ def test_a_metering_failure_never_costs_an_answer_or_the_next_request(monkeypatc
     finally:
         proxy.stop()
         up.stop()
+
+
+# JSON nested deeper than the interpreter's recursion limit: json.loads raises RecursionError, not ValueError.
+DEEP = b"[" * 100_000 + b"]" * 100_000
+DEEP_REQUEST = b'{"model":"gpt-test","messages":' + DEEP + b"}"
+NORMAL_REQUEST = json.dumps({"model": "gpt-test", "stream": True}).encode()
+
+# (case, request body, upstream answer, what the usage record says: (outcome, output tokens))
+NESTING = [
+    ("request body", DEEP_REQUEST, Script(STREAM), ("ok", 1)),
+    ("stream event", NORMAL_REQUEST, Script([STREAM[0], b'data: {"choices":' + DEEP + b"}\n\n", STREAM[2]]),
+     ("ok", 1)),  # the readable event's token; the unreadable one is not guessed at
+    ("whole answer", NORMAL_REQUEST, Script([b'{"choices":' + DEEP + b"}"], content_type="application/json"),
+     ("ok", None)),
+]
+
+
+@pytest.mark.parametrize("case, body, script, usage", NESTING, ids=[n[0] for n in NESTING])
+def test_deeply_nested_json_is_forwarded_not_a_500(caplog, case, body, script, usage):
+    """A request body, stream event or answer nested 100,000 levels deep (200 KB) is relayed byte for byte:
+    no 500, no traceback; the request body is forwarded as sent, and counts the gateway cannot read are
+    unknown (None), never 0."""
+    from inferwatch.exporters.gateway import exchange, httpserver
+
+    up = ScriptedUpstream()
+    up.scripts["deep"] = script
+    proxy = RunningProxy(up.url)
+    caplog.set_level(logging.ERROR)
+    try:
+        resp = requests.post(proxy.url + "/v1/chat/completions", data=body, timeout=30,
+                             headers={"Content-Type": "application/json", "X-Script": "deep"})
+        assert (resp.status_code, resp.content) == (200, script.body())
+        wait_until(lambda: len(proxy.usages) >= 1, what="the usage record")
+        assert (proxy.usages[0].outcome, proxy.usages[0].output_tokens) == usage
+        assert up.received[0]["headers"].get("Content-Length") == str(len(body))  # forwarded whole
+        errors = [r for r in caplog.records if r.name in (exchange.__name__, httpserver.__name__)]
+        assert errors == []
+    finally:
+        proxy.stop()
+        up.stop()
+
+
+def test_a_deeply_nested_body_names_no_model_for_upstream_routing():
+    """The several-upstreams router reads the body's model the same way: too deep to read is no model."""
+    from inferwatch.exporters.gateway.router import request_model
+
+    assert request_model("/v1/chat/completions", DEEP_REQUEST) is None
+    assert request_model("/v1/chat/completions", NORMAL_REQUEST) == "gpt-test"  # the control row

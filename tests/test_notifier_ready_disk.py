@@ -87,3 +87,24 @@ def test_ready_agrees_with_the_intake_on_a_full_disk(disk, sims, row, freed):
         assert r.status_code == 200, r.text
     finally:
         service.stop()
+
+
+def test_a_refused_large_body_does_not_grow_the_readiness_probe(disk, sims, monkeypatch):
+    """The probe is as large as the largest webhook *accepted for parsing*: a malformed body (400, never
+    retried by Alertmanager) of 1.5 MB on a 2 MiB disk must not make every later probe write 1.5 MB, which
+    fills the disk with the probe's own rows and answers /-/ready 503 while webhooks are still stored."""
+    from inferwatch.notifier import service as service_module
+
+    monkeypatch.setattr(service_module, "READY_WRITABLE_PROBE_S", 0.5)  # several probes within the window
+    service = NotifierService(make_spec(sims, send_processes=0), disk / "data", port=0).start()
+    try:
+        url = service.url
+        junk = b'{"version": "4", "alerts": [], "pad": "' + b"x" * 1_500_000 + b'"}'
+        r = requests.post(url + "/alerts", data=junk, headers={**AUTH, "Content-Type": "application/json"},
+                          timeout=30)
+        assert r.status_code == 400, r.text
+        assert readiness_over(url, 4.0) == {200}
+        r = requests.post(url + "/alerts", json=webhook("After", **BIG), headers=AUTH, timeout=30)
+        assert r.status_code == 200, r.text
+    finally:
+        service.stop()

@@ -227,14 +227,16 @@ class NotifierService:
         except asyncio.TimeoutError:
             return self._refuse(request, 408, "malformed",
                                 f"body not received within {self.spec.notifier.body_timeout}", key="timeout")
-        # A readiness probe as large as the largest webhook seen (bounded by max_body_bytes already).
-        self.probe_bytes = max(self.probe_bytes, len(body))
         repairs: list[Repair] = []
         try:
             message = parse_webhook(body, repairs)
         except PayloadError as exc:
             return self._refuse(request, 400, "malformed", f"malformed Alertmanager webhook: {exc}",
                                 key=str(exc).split(":", 1)[0])
+        # A readiness probe as large as the largest webhook seen (bounded by max_body_bytes already). Only
+        # a webhook: a malformed body is never retried, and a probe of its size would hold that much of the
+        # disk (the probe row, and as much again in the WAL) for good.
+        self.probe_bytes = max(self.probe_bytes, len(body))
         self._report_repairs(message.group_key, repairs)
         now = time.time()
         verdict = await self._replica_verdict(message)

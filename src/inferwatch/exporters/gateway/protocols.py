@@ -76,11 +76,16 @@ def parse_json(data: bytes):
 
     An event stream is UTF-8, and a client decodes it replacing each invalid sequence with U+FFFD (WHATWG
     HTML §9.2.6, "UTF-8 decode"): an event with a broken byte is still the event the client sees, so it is
-    read (and its tokens counted) the same way. json.loads on bytes would refuse it instead."""
+    read (and its tokens counted) the same way. json.loads on bytes would refuse it instead. A value nested
+    deeper than the interpreter's recursion limit (`[[[[...]]]]`, a few bytes per level) is refused as well:
+    json.loads raises RecursionError for it, which no caller would take for "not JSON"."""
     try:
-        return json.loads(data)
-    except UnicodeDecodeError:
-        return json.loads(data.decode("utf-8", "replace"))
+        try:
+            return json.loads(data)
+        except UnicodeDecodeError:
+            return json.loads(data.decode("utf-8", "replace"))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 class Reader:

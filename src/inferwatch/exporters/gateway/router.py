@@ -41,7 +41,7 @@ def request_model(path: str, body: bytes) -> str | None:
         return None
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to read ([[[[...]]]])
         return None
     model = doc.get("model") if isinstance(doc, dict) else None
     return model if isinstance(model, str) else None

@@ -130,7 +130,7 @@ class Classifier:
         model = None
         try:
             doc = json.loads(body) if body else None
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply to read ([[[[...]]]])
             doc = None
         if isinstance(doc, dict) and isinstance(doc.get("model"), str):
             model = doc["model"]
