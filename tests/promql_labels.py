@@ -115,8 +115,11 @@ class LabelFlow:
         if name == "histogram_quantile":
             return [b.drop(["le"]) for b in self._walk(args[1])]
         if name in ("label_replace", "label_join"):
-            return [b.add([args[1].val if hasattr(args[1], "val") else str(args[1]).strip('"')])
-                    for b in self._walk(args[0])]
+            dst = args[1].val if hasattr(args[1], "val") else str(args[1]).strip('"')
+            replacement = args[2].val if hasattr(args[2], "val") else str(args[2]).strip('"')
+            if name == "label_replace" and replacement == "":   # an empty value removes the label
+                return [b.drop([dst]) for b in self._walk(args[0])]
+            return [b.add([dst]) for b in self._walk(args[0])]
         for arg in args:  # rate, increase, changes, clamp_min, round ...: the vector argument's labels
             if type(arg).__name__ not in ("NumberLiteral", "StringLiteral"):
                 return self._walk(arg)

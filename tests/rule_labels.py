@@ -29,9 +29,11 @@ _POD = ("namespace", "pod", "container")
 _DCGM_MAYBE = ("Hostname", "hostname", "DCGM_FI_DRIVER_VERSION") + _POD
 _GPU = ("gpu", "UUID", "Hostname")
 _TMT = ("tenant", "model", "tier")
-# A Triton replica behind a Service: `pod` on Triton's own series (the operator's target label) and on the
-# collector's series of each replica (rules/identity.py); absent outside Kubernetes.
+# A Triton replica behind a Service: `pod` on Triton's own series (the operator's target label); absent
+# outside Kubernetes. The collector's series of a replica carry `address` (polled through a headless Service)
+# or the `pod` of a scrape beside each Triton (rules/identity.py, rules/replicas.py).
 _REPLICA = ("pod",)
+_POLLED = ("pod", "address")
 # Metric name (or prefix, first match wins) -> (labels the exporter always writes, labels it may write).
 EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("DCGM_FI_DEV_FB_", _DEVICE, _DCGM_MAYBE + ("GPU_I_PROFILE", "GPU_I_ID")),  # MIG instances' framebuffer
@@ -50,10 +52,10 @@ EXPORTER_LABELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("nv_trt_llm_kv_cache_block_metrics", ("model", "version", "kv_cache_block_type"), _REPLICA),
     ("nv_trt_llm_runtime_memory_metrics", ("model", "version", "memory_type"), _REPLICA),
     ("vllm:", ("model", "version"), _REPLICA),  # Triton's vLLM backend; a vLLM server: VLLM_SERVER below
-    ("inferwatch_triton_model_ready", ("triton", "model", "version"), _REPLICA),
-    ("inferwatch_triton_model_state", ("triton", "model", "version", "state"), _REPLICA),
-    ("inferwatch_triton_model_", ("triton", "model"), _REPLICA),
-    ("inferwatch_triton_", ("triton",), _REPLICA),
+    ("inferwatch_triton_model_ready", ("triton", "model", "version"), _POLLED),
+    ("inferwatch_triton_model_state", ("triton", "model", "version", "state"), _POLLED),
+    ("inferwatch_triton_model_", ("triton", "model"), _POLLED),
+    ("inferwatch_triton_", ("triton",), _POLLED),
     ("gateway_requests_total", _TMT + ("code", "outcome"), ()),
     ("gateway_tokens_total", _TMT + ("type",), ()),
     ("gateway_cost_total", _TMT + ("currency",), ()),  # the spec's billing.currency

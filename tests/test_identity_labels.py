@@ -8,6 +8,9 @@ every rule with one identity (the defaults one row) and shows, in promtool (Prom
 - two Triton pods behind one Service that both stop answering are two TritonServerDown alerts, one per pod;
 - a model failing on both pods is two TritonModelErrorRatioHigh alerts, one per pod, never one summed alert;
   a healthy third pod gives none;
+- pods the collector polls through a headless Service (its series labelled `address`, no pod name) are named
+  with the user's labels from Triton's own scrape: a hung pod is one TritonServerDown, a pod not ready one
+  TritonServerNotReady;
 
 with a real Alertmanager fed the generated configuration, that TritonServerDown holds back the model alerts of
 its own server and node, named with the user's labels, and never another server's; and that the Triton
@@ -115,7 +118,7 @@ def test_two_pods_behind_one_service_are_two_server_down_alerts(row):
               for pod, host in pods.items()]
     alerts = [_expected("TritonServerDown", {"layer": "L2", "severity": "critical", server: SERVICE, replica: pod,
                                              node: host},
-                        f"Triton {SERVICE} on node {host} does not answer (metrics endpoint down or liveness "
+                        f"Triton {SERVICE} pod {pod} on node {host} does not answer (metrics endpoint down or liveness "
                         f"failing): every model it serves is unavailable.")
               for pod, host in pods.items()]
     _run_promtool(root, "server-down", [{
@@ -145,6 +148,41 @@ def test_a_model_failing_on_two_pods_is_two_alerts_never_summed(row):
     _run_promtool(root, "model-errors", [{
         "interval": "1m", "input_series": inputs,
         "alert_rule_test": [{"eval_time": "30m", "alertname": "TritonModelErrorRatioHigh", "exp_alerts": alerts}]}])
+
+
+def test_pods_polled_through_a_headless_service_are_named_with_the_spec_labels(row):
+    params, spec, root = row
+    server, replica, node = _names(params[1])
+    # (pod, node, IP): triton-0 hangs (both sources see it), triton-1 is live but not ready.
+    pods = [("triton-0", "gpu-a", "10.0.0.5"), ("triton-1", "gpu-b", "10.0.0.6")]
+    # The collector's own labels: its source's (the generated Kubernetes monitor's `job`, or the user's monitor's
+    # namespace and Service), and `node` as the generated monitor writes it (the Service, not a node).
+    polled = {"job": "inferwatch-triton", **spec.selectors.of("triton_collector").labels, "instance": "10.0.9.2:9401",
+              "node": SERVICE, "triton": SERVICE}
+    inputs = []
+    for pod, host, ip in pods:
+        hung = pod == "triton-0"
+        own = {**_pod_labels(params, pod, host), "instance": f"{ip}:8002"}
+        collector = {**polled, "address": f"{ip}:8000"}
+        inputs += [{"series": _series("up", own), "values": "1 0x20" if hung else "1x20"},
+                   {"series": _series("inferwatch_triton_up", collector), "values": "1 0x20" if hung else "1x20"},
+                   {"series": _series("inferwatch_triton_server_ready", collector),
+                    "values": "1 stale" if hung else "1 0x20"}]
+    down = [_expected("TritonServerDown", {"layer": "L2", "severity": "critical", server: SERVICE,
+                                           replica: "triton-0", node: "gpu-a"},
+                      f"Triton {SERVICE} pod triton-0 on node gpu-a does not answer (metrics endpoint down or liveness "
+                      f"failing): every model it serves is unavailable.")]
+    # The collector's labels stay (its `node` too where the spec's node label is another); the replica and
+    # node labels are Triton's.
+    ready_labels = {**polled, server: SERVICE, "address": "10.0.0.6:8000", replica: "triton-1", node: "gpu-b",
+                    "layer": "L2", "severity": "critical"}
+    ready = [_expected("TritonServerNotReady", ready_labels,
+                       f"Triton {SERVICE} pod triton-1 on node gpu-b is live but not ready (strict readiness: a model "
+                       f"failed to load or is loading); load balancers stop sending it traffic.")]
+    _run_promtool(root, "headless", [{
+        "interval": "1m", "input_series": inputs,
+        "alert_rule_test": [{"eval_time": "10m", "alertname": "TritonServerDown", "exp_alerts": down},
+                            {"eval_time": "10m", "alertname": "TritonServerNotReady", "exp_alerts": ready}]}])
 
 
 def test_inhibitions_key_on_the_spec_identity_labels(row):

@@ -200,3 +200,48 @@ def test_prometheus_reads_rate_zero_per_pod_and_no_blend(pods, tmp_path, prometh
         finally:
             collector.close()
             server.stop()
+
+
+@pytest.mark.slow
+def test_prometheus_names_each_polled_address_by_the_pod_of_tritons_own_scrape(pods, tmp_path, prometheus_factory):
+    """The rules' per-replica view (rules/replicas.py) in the real Prometheus: the collector polls a name that
+    resolves to both pods and a third address where nothing answers (a hung pod), Triton's own scrape names
+    the three `pod-a`, `pod-b`, `pod-c` on their metrics ports. Each address's series get the pod and node of
+    the target at its IP, and the hung pod, down in both sources, is one TritonServerDown series naming it."""
+    from prometheus_client import CollectorRegistry
+
+    from inferwatch.exporters.triton.server import metrics_server
+    from inferwatch.rules.triton import Sources, server_down
+    from inferwatch.spec import Spec
+    from inferwatch.testing.prometheus import write_config
+
+    port, metrics_port = pods[0].http_port, pods[0].metrics_port
+    hosts = {"127.0.0.1": ("pod-a", "node-a"), "127.0.0.2": ("pod-b", "node-b"), "127.0.0.3": ("pod-c", "node-c")}
+    dns = Dns({NAME: list(hosts)})
+    collector = TritonCollector([TargetConfig("svc", f"http://{NAME}:{port}", f"http://{NAME}:{metrics_port}/metrics")],
+                                resolver=dns, interval=0.5)
+    registry = CollectorRegistry(support_collectors_without_names=True)
+    registry.register(collector)
+    server = metrics_server(registry, "127.0.0.1", 0)
+    server.start()
+    collector.start()
+    try:
+        prom = prometheus_factory(write_config(tmp_path / "prometheus.yml", [
+            {"job_name": "inferwatch-triton", "static_configs": [{"targets": [f"127.0.0.1:{server.port}"]}]},
+            {"job_name": "triton", "static_configs": [
+                {"targets": [f"{ip}:{metrics_port}"], "labels": {"triton": "svc", "pod": pod, "node": node}}
+                for ip, (pod, node) in hosts.items()]}]))
+        src = Sources.of(Spec())
+        ready = src.per_replica(src.collected("inferwatch_triton_server_ready"))
+        # Until Triton's own scrape has reported each target the collector's series stand unmatched.
+        found = prom.wait_for(ready, timeout=60,
+                              predicate=lambda r: len(r) == 2 and all("pod" in x["metric"] for x in r))
+        assert {x["metric"]["address"]: (x["metric"].get("pod"), x["metric"].get("node")) for x in found} == {
+            f"{ip}:{port}": hosts[ip][:2] for ip in ("127.0.0.1", "127.0.0.2")}
+        prom.wait_for(f'inferwatch_triton_up{{address="127.0.0.3:{port}"}} == 0 and on () up{{pod="pod-c"}} == 0',
+                      timeout=60)
+        down = prom.query(server_down(src))
+        assert [x["metric"] for x in down] == [{"node": "node-c", "triton": "svc", "pod": "pod-c"}]
+    finally:
+        collector.close()
+        server.stop()

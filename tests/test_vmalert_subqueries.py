@@ -151,7 +151,12 @@ def _template_queries(clustered: bool) -> list[tuple[str, str]]:
         for group in yaml.safe_load(text).get("groups") or []:
             for rule in group["rules"]:
                 for annotation in (rule.get("annotations") or {}).values():
+                    # A variable set from a label (`{{ $polled := (index $labels "pod") }}`) stands for it.
+                    variables = set(re.findall(r'\{\{ (\$\w+) := \(index \$labels "[A-Za-z_][A-Za-z0-9_]*"\) \}\}',
+                                               annotation))
                     for args in re.findall(r'printf\s+"(?:[^"\\]|\\.)*"((?:\s+[^|}]+?)?)\s*\|\s*query', annotation):
+                        for variable in variables:
+                            args = re.sub(re.escape(variable) + r"(?!\w)", '(index $labels "_")', args)
                         found.append((rule.get("alert", rule.get("record")), args.strip()))
     return found
 

@@ -274,7 +274,8 @@ class TritonIdentity:
     labels the generated scrape configuration and Kubernetes monitors write. With your own ServiceMonitor the
     Prometheus Operator writes `namespace`, `service`, `endpoint`, `pod`, `container`: `server: service`,
     `replica: pod`, and `node` the label your relabelling gives (docs/selectors.md). The Triton collector's
-    series carry `triton` and `pod`; rules rename them to these names before any join."""
+    series carry `triton` (and `address` per pod of a headless Service); rules rename `triton` to `server`
+    and take `replica` and `node` from Triton's own `up` at the same pod IP (rules/replicas.py)."""
 
     server: str = field("triton", doc="label naming one Triton server (in Kubernetes its Service)")
     replica: str = field("pod", doc="label telling replicas behind one server apart (absent outside Kubernetes)")

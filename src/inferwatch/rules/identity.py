@@ -20,9 +20,11 @@ docs/alerts.md ("What one alert means") lists, per alert, the identity it gets f
   the pod in their description instead (`pods_holding`).
 - A Triton server (`TRITON`): `node`, `triton` (the server label the scrape configuration gives, in
   Kubernetes the Service name) and `pod` (the replica behind that Service: the Prometheus Operator's target
-  label on Triton's own series, the collector's label on its per-replica series). Outside Kubernetes `pod`
-  is absent on both and `triton` alone names the server. Every join between Triton's series and the
-  collector's matches on it, so N replicas behind one Service give N results, never a many-to-many error.
+  label on Triton's own series). The collector knows no pod names: its series of one replica take `pod` and
+  `node` from Triton's own scrape of the same pod IP (rules/replicas.py), or carry the `pod` its own scrape
+  gives (a collector beside each Triton). Outside Kubernetes `pod` is absent on both and `triton` alone
+  names the server. Every join between Triton's series and the collector's matches on it, so N replicas
+  behind one Service give N results, never a many-to-many error.
 """
 
 from __future__ import annotations

@@ -220,13 +220,16 @@ ALERTS: dict[str, AlertInfo] = {
     # `absent(up{job})` (the job has no target at all) carries only `job`.
     "GpuExporterDown": _info("L1", _C, "The GPU exporter cannot be scraped, GPU alerts are blind.", SCRAPE, ("job",)),
     # L2 ---------------------------------------------------------------------------------------------------
-    # `pod`: the replica behind a Service, where the collector labels it (rules/identity.py).
+    # `pod`: the replica behind a Service, from Triton's own scrape (rules/identity.py, rules/replicas.py).
     # One alert per replica whichever source sees it (Triton's scrape, the collector): reduced to these labels.
-    "TritonServerDown": _info("L2", _C, "A Triton server does not answer.", ("node", "triton", "pod", "job"), ()),
-    "TritonServerNotReady": _info("L2", _C, "A Triton server is live but not ready.", SCRAPE + ("triton", "pod"),
-                                  SCRAPE + ("triton",)),
+    # `address`: a replica the collector polls through a headless Service (rules/replicas.py); on
+    # TritonServerDown only where Triton's own scrape has no target at that IP.
+    "TritonServerDown": _info("L2", _C, "A Triton server does not answer.",
+                              ("node", "triton", "pod", "job", "address"), ()),
+    "TritonServerNotReady": _info("L2", _C, "A Triton server is live but not ready.",
+                                  SCRAPE + ("triton", "pod", "address"), SCRAPE + ("triton",)),
     "TritonModelNotReady": _info("L2", _C, "A model version is not READY on a Triton server.",
-                                 SCRAPE + MODEL_VERSION),
+                                 SCRAPE + MODEL_VERSION + ("address",), SCRAPE + ("triton", "model", "version")),
     # A model the spec lists (spec `models`) that no Triton of the cluster lists while one answers: unloaded.
     "TritonModelNotLoaded": _info("L2", _C, "A model the spec lists as served is loaded on no Triton server.",
                                   ("model",)),

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from inferwatch.rules import identity
+from inferwatch.rules import identity, replicas
 from inferwatch.rules.builders import (
     MODEL_VERSION,
     absent_targets,
@@ -134,6 +134,11 @@ class Sources:
     def collected(self, metric: str, *matchers: str) -> str:
         """The collector's `metric` with its server/replica/node labels under the spec's names."""
         return self.ids.from_collector(self.collector(metric, *matchers))
+
+    def per_replica(self, expr: str) -> str:
+        """`expr` (collector series of one replica each, spec names) with the replica and node of Triton's
+        own scrape where a series names a Triton target, the others unchanged (rules/replicas.py)."""
+        return replicas.view(self.ids, self.triton("up"), expr)
 
     @property
     def steps(self) -> str:
@@ -347,22 +352,33 @@ def server_down(src: Sources) -> str:
     """One series per Triton replica that does not answer, whichever source sees it: labels `node`, `triton`,
     `pod` (identity.TRITON; the cluster's added by generate), value 0. The Triton scrape's `up` (job/instance
     of Triton's metrics port) and the collector's `inferwatch_triton_up`/`inferwatch_triton_server_live` (job/
-    instance of the collector; `node` only where the collector's scrape relabels it) name one replica with
-    different label sets, so a plain `or` keeps both: one dead Triton, two alerts. Each side is reduced to
-    the replica, matched on `triton, pod`, the scrape first; the collector's verdict takes `node` from the
-    replica's own `up` series where it has one (one per replica: `topk`, so a pod moving nodes within the
-    staleness window is not a duplicate match), else the collector's own `node` (absent if none)."""
+    instance of the collector) name one replica with different label sets, so a plain `or` keeps both: one
+    dead Triton, two alerts. Each side is reduced to the replica, matched on `triton, pod`, the scrape first:
+    - the collector's series that name a Triton target (rules/replicas.py: a headless Service's `address`
+      against the pod IP of Triton's `instance`, or a server's only replica) take its `pod` and `node`;
+    - the collector's own `pod` (no `address`) takes `node` from the replica's `up` series (one per replica:
+      `topk`, so a pod moving nodes within the staleness window is not a duplicate match);
+    - the rest keep the collector's `node` (absent if none) and `address` (one alert per polled address)."""
     ident = by(src.ids.ident)
     server = by(src.ids.server_ident)
-    collector_down = (f"{src.collected('inferwatch_triton_up')} == 0\n"
-                      f"or\n{src.collected('inferwatch_triton_server_live')} == 0")
-    return (f"max by ({ident}) ({src.triton('up')} == 0)\n"
+    up = src.triton("up")
+
+    def down(*matchers: str) -> str:
+        return (f"{src.collected('inferwatch_triton_up', *matchers)} == 0\n"
+                f"or\n{src.collected('inferwatch_triton_server_live', *matchers)} == 0")
+
+    named = replicas.matched(src.ids, up, f"(\n{indent(down())}\n)")
+    rest = replicas.unmatched(src.ids, up, f"(\n{indent(down())}\n)")
+    own_pod = indent(down('address=""'), 4)   # no address: one address polled, its `pod` the collector's own
+    return (f"max by ({ident}) ({up} == 0)\n"
             f"or on ({server})\n"
-            f"(\n  max by ({server}) (\n{indent(collector_down, 4)}\n  )\n"
+            f"max by ({ident}) (\n{indent(named)}\n)\n"
+            f"or on ({server})\n"
+            f"(\n  max by ({server}) (\n{own_pod}\n  )\n"
             f"  * on ({server}) group_left ({src.ids.node})\n"
-            f"  topk by ({server}) (1, group by ({ident}) ({src.triton('up')}))\n)\n"
+            f"  topk by ({server}) (1, group by ({ident}) ({up}))\n)\n"
             f"or on ({server})\n"
-            f"max by ({ident}) (\n{indent(collector_down)}\n)")
+            f"max by ({ident}, address) (\n{indent(rest)}\n)")
 
 
 def groups(spec: Spec) -> list[Group]:
@@ -381,12 +397,21 @@ def groups(spec: Spec) -> list[Group]:
     m_args = " ".join(label_arg(n) for n in (ids.server, "model"))
     window = str(spec.prometheus.rate_window)
     cluster, cluster_arg = _in_cluster(spec)
-    # `pod=%q`: the replica the alert is about; "" (absent) outside Kubernetes matches series without it.
-    state = _template_query(src.collector, "inferwatch_triton_model_state", cluster, "triton=%q", "pod=%q", "model=%q",
-                            "version=%q")
+    # The collector's series of the alert's replica: `pod=%q address=%q`, "" (absent) matching series without
+    # the label. Its `address` names a replica polled through a headless Service; the `pod` the alert took
+    # from Triton's scrape (rules/replicas.py) is then not on the collector's series, so `$polled` is "".
+    collector_replica = (f'{{{{ $polled := {label_arg(ids.replica)} }}}}'
+                         f'{{{{ if {label_arg("address")} }}}}{{{{ $polled = "" }}}}{{{{ end }}}}')
+    polled_args = " ".join((label_arg(ids.server), "$polled", label_arg("address"), label_arg("model"),
+                            label_arg("version")))
+    state = _template_query(src.collector, "inferwatch_triton_model_state", cluster, "triton=%q", "pod=%q",
+                            "address=%q", "model=%q", "version=%q")
     step = _template_query(src.collector, "inferwatch_triton_model_step_info", cluster, "triton=%q", "model=%q")
-    reason = _template_query(src.collector, "inferwatch_triton_model_state_reason_info", cluster, "triton=%q", "pod=%q",
-                             "model=%q", "version=%q")
+    reason = _template_query(src.collector, "inferwatch_triton_model_state_reason_info", cluster, "triton=%q",
+                             "pod=%q", "address=%q", "model=%q", "version=%q")
+    # The replica in a server alert's text: its pod where known, else the address the collector polled.
+    replica = (f"{{{{ with {_label(ids.replica)} }}}} pod {{{{ . }}}}{{{{ else }}}}"
+               f'{{{{ with {label_arg("address")} }}}} at {{{{ . }}}}{{{{ end }}}}{{{{ end }}}}')
     failure = ",".join(m for m in (cluster, f"{ids.server}=%q", f"{ids.replica}=%q", "model=%q", "version=%q") if m)
     reasons = (f'{{{{ range $i, $s := printf "sort_desc({FAILURE}{{{failure}}} > 0)"{cluster_arg} '
                f'{mv_args} | query }}}}{{{{ if $i }}}}, {{{{ end }}}}'
@@ -398,21 +423,23 @@ def groups(spec: Spec) -> list[Group]:
               l2.exporter_down_for, "critical",
               f"Triton {{{{ with {srv} }}}}{{{{ . }}}}{{{{ else }}}}(every target of "
               + src.triton.describe().replace("{{", "{{ \"{{\" }}") + "){{ end }}"
-              f"{{{{ with {nod} }}}} on node {{{{ . }}}}{{{{ end }}}} does not answer "
+              f"{replica}{{{{ with {nod} }}}} on node {{{{ . }}}}{{{{ end }}}} does not answer "
               "(metrics endpoint down or liveness failing): every model it serves is unavailable."),
-        Alert("TritonServerNotReady", f"{src.collected('inferwatch_triton_server_ready')} == 0", l2.for_, "critical",
-              f"Triton {{{{ {srv} }}}} on node {{{{ {nod} }}}} is live but not ready (strict readiness: "
+        Alert("TritonServerNotReady", src.per_replica(f"{src.collected('inferwatch_triton_server_ready')} == 0"),
+              l2.for_, "critical",
+              f"Triton {{{{ {srv} }}}}{replica} on node {{{{ {nod} }}}} is live but not ready (strict readiness: "
               "a model failed to load or is loading); load balancers stop sending it traffic."),
-        Alert("TritonModelNotReady", f"{src.collected('inferwatch_triton_model_ready')} == 0", l2.for_, "critical",
-              f"Model {model} is not READY"
+        Alert("TritonModelNotReady", src.per_replica(f"{src.collected('inferwatch_triton_model_ready')} == 0"),
+              l2.for_, "critical",
+              f"{collector_replica}Model {model} is not READY"
               f'{{{{ with printf "{state} == 1"{cluster_arg} '
-              f"{mv_args} | query }}}}"
+              f"{polled_args} | query }}}}"
               f"{{{{ range . }}}} (state {{{{ .Labels.state }}}}){{{{ end }}}}{{{{ end }}}}"
               f'{{{{ with printf "{step}"{cluster_arg} '
               f"{m_args} | query }}}}{{{{ range . }}}}, a step of {{{{ .Labels.kind }}}} "
               f"{{{{ .Labels.parent }}}}{{{{ end }}}}{{{{ end }}}}"
               f'{{{{ with printf "{reason}"{cluster_arg} '
-              f"{mv_args} | query }}}}{{{{ range . }}}}; "
+              f"{polled_args} | query }}}}{{{{ range . }}}}; "
               f"Triton's reason: "
               f'{{{{ reReplaceAll "(?s)^(.{{{REASON_CHARS}}}).+$" "${{1}}…" .Labels.reason }}}}'
               f"{{{{ end }}}}{{{{ end }}}}"
