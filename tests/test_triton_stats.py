@@ -157,3 +157,10 @@ def test_decode_json_never_makes_a_float_and_refuses_nan():
     assert str(doc["c"]) == "1.5"
     with pytest.raises(ValueError):
         decode_json('{"a": NaN}')
+
+
+@pytest.mark.parametrize("body", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000])
+def test_decode_json_refuses_nesting_too_deep_as_malformed(body):
+    # ValueError is the reader's bad_response; a RecursionError was counted as cause "other".
+    with pytest.raises(ValueError, match="nested too deeply"):
+        decode_json(body)

@@ -414,12 +414,13 @@ class NotifierService:
             return 0
 
     def _report_repairs(self, group_key: str, repairs: list[Repair]) -> None:
+        # Logged before the webhook is stored: the line must not say "accepted" (a full outbox still 503s it).
         for r in repairs:
             self.metrics.repairs.labels(r.kind).inc()
         if repairs:
             first = repairs[0]
             more = f" and {len(repairs) - 1} more change(s)" if len(repairs) > 1 else ""
-            self._log.log(f"repair:{first.kind}", logging.WARNING, "accepted webhook %s with %s: %s (%s)%s",
+            self._log.log(f"repair:{first.kind}", logging.WARNING, "webhook %s repaired on reading (%s: %s (%s)%s)",
                           group_key[:200], first.kind, first.path[:200], first.detail, more)
 
     async def handle_health(self, request: web.Request) -> web.Response:

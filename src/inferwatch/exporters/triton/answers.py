@@ -57,8 +57,12 @@ def _reject_constant(name: str):
 
 def decode_json(body: bytes | bytearray | str) -> object:
     """JSON text → Python objects; integers stay exact ints, other numbers become Decimal, NaN and
-    Infinity are refused (ValueError, as for any malformed JSON)."""
-    return json.loads(body, parse_float=decimal.Decimal, parse_constant=_reject_constant)
+    Infinity are refused (ValueError, as for any malformed JSON), and so is a value nested deeper than the
+    interpreter's recursion limit (json raises RecursionError for `[[[[...]]]]`: no Triton answer is one)."""
+    try:
+        return json.loads(body, parse_float=decimal.Decimal, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def error_text(body: bytes | bytearray) -> str:
@@ -66,7 +70,7 @@ def error_text(body: bytes | bytearray) -> str:
     try:
         doc = json.loads(body)
         text = doc.get("error") if isinstance(doc, dict) else None
-    except ValueError:
+    except (ValueError, RecursionError):
         text = None
     if not isinstance(text, str):
         text = bytes(body[:200]).decode("utf-8", "replace")
