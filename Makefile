@@ -34,7 +34,7 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
 
-# Everything but the HA chaos scenario (`make chaos`, about four minutes), so the suite stays under 20 minutes.
+# Everything but the HA chaos scenario (`make chaos`, about five minutes), so the suite stays under 20 minutes.
 test: install system-deps check-generated
 	$(BIN)/pytest -m "not chaos" --durations=30 $(PYTEST_ARGS)
 
@@ -103,7 +103,8 @@ generate: install
 clean:
 	rm -rf $(VENV) .venv-aiperf .venv-litellm .demo .pytest_cache
 
-# The HA chaos scenario (a few minutes): two Prometheus replicas, three Alertmanager peers, two notifiers, a
-# storm of ~500 alerts and one SIGKILL of each kind; prints its figures. SEED=n replays a run (default: random).
+# The HA chaos scenario (a few minutes): two Prometheus replicas, three Alertmanager peers, two notifiers on
+# one PostgreSQL outbox, a storm of ~500 alerts, one SIGKILL of each kind, a notifier SIGSTOPped past the
+# webhook timeout and a PostgreSQL fast restart; prints its figures. SEED=n replays a run (default: random).
 chaos: install system-deps
 	INFERWATCH_CHAOS_SEED=$(SEED) $(BIN)/pytest -m chaos -s -p no:cacheprovider tests/test_ha_chaos.py $(PYTEST_ARGS)

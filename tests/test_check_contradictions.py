@@ -57,6 +57,8 @@ CASES = [
     ("a critical alert that pages nobody",
      {"routes": [*ROUTES[:4], {"match": {"layer": "L3"}, "receivers": ["owners"]}]},
      False, "routes", ["LlmTtftBurnRate critical (window fast-1h) pages nobody", "owners only", "(phone)"]),
+    ("notifier replicas without a shared outbox", {"ha": {"notifier_replicas": 2}},
+     False, "notifier.outbox.url", ["ha.notifier_replicas is 2", "own SQLite outbox", "postgresql://"]),
 ]
 
 
@@ -80,6 +82,7 @@ def test_the_consistent_base_has_no_finding():
     {"layers": {"L3": {"burn_rate_windows": [burn("fast-1h", "1h", "5m", 14.4, "critical", "5m")]}}},  # = short
     {"layers": {"L2": {"for": "30s"}}},                  # exactly two evaluations
     {"layers": {"L2": {"for": "0s"}}},                   # fire on the first evaluation: a choice
+    {"ha": {"notifier_replicas": 2}, "notifier": {"outbox": {"url": "postgresql://n@db:5432/inferwatch"}}},
 ])
 def test_the_edges_of_each_check_pass(extra):
     assert [str(f) for f in findings(spec_with(**extra))] == []

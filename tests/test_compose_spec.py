@@ -31,3 +31,35 @@ def test_the_compose_triton_keeps_the_spec_s_metrics_interval(scrape, interval_m
     spec = _spec(scrape, interval_ms)
     assert compose_spec(spec).targets.triton[0].metrics_interval_ms == kept
     assert render_all(spec)  # every output, the compose ones included, renders without a SpecError
+
+
+# (case, outbox password in the spec, environment passed to the replicas, password in the replicas' spec, secret)
+OUTBOX_PASSWORDS = [
+    ("an environment variable", {"password": "${PG_PW}"}, {"PG_PW"}, "${PG_PW}", None),
+    ("a password file", {"password_file": "/etc/pg/pw"}, set(), None, "notifier-outbox-password"),
+    ("inline: turned into a reference", {"password": "hunter2-inline"}, {"INFERWATCH_NOTIFIER_OUTBOX_PASSWORD"},
+     "${INFERWATCH_NOTIFIER_OUTBOX_PASSWORD}", None),
+]
+
+
+@pytest.mark.parametrize("case, password, env, in_spec, secret", OUTBOX_PASSWORDS, ids=[c[0] for c in OUTBOX_PASSWORDS])
+def test_compose_replicas_share_the_postgresql_outbox_with_its_password_by_reference(case, password, env, in_spec,
+                                                                                      secret):
+    import yaml
+
+    from inferwatch.deploy.compose import HA_FILE, NOTIFIER_SPEC
+
+    url = "postgresql://notifier@db.example:5432/inferwatch"
+    files = render_all(spec_from_dict({"ha": {"notifier_replicas": 2},
+                                       "notifier": {"outbox": {"url": url, **password}}}))
+    assert "hunter2-inline" not in files[HA_FILE] + files[NOTIFIER_SPEC]
+    override = yaml.safe_load(files[HA_FILE])
+    outbox = yaml.safe_load(files[NOTIFIER_SPEC])["notifier"]["outbox"]
+    assert outbox["url"] == url and outbox.get("password") == in_spec
+    for name in ("notifier", "notifier-1"):
+        service = override["services"][name]
+        assert env <= set(service.get("environment", {})), service
+        assert (secret in service.get("secrets", [])) is (secret is not None)
+    if secret:
+        assert outbox["password_file"] == f"/run/secrets/{secret}"
+        assert override["secrets"][secret]["file"].endswith(f"/{secret}")

@@ -1,6 +1,8 @@
 """The HA chaos scenario (inferwatch/testing/chaos.py): two Prometheus replicas, three clustered Alertmanager
-peers and two notifier replicas on loopback, a storm of about 500 alerts across the three layers, one SIGKILL
-each of an Alertmanager peer, a notifier replica and a Prometheus replica at seeded moments, each restarted.
+peers and two notifier replicas sharing one real PostgreSQL outbox on loopback, a storm of about 500 alerts
+across the three layers and, at seeded moments: one SIGKILL each of an Alertmanager peer, a notifier replica
+(its data folder deleted) and a Prometheus replica, each restarted; a SIGSTOP of the other notifier for
+longer than the webhook timeout; one fast restart of PostgreSQL.
 
 Goals (docs/ha.md#the-chaos-scenario): no alert lost; PagerDuty duplicates carry the same dedup key; chat
 duplicates at most 1 % of a channel's messages; no alert waits more than 60 s for its message; every page
@@ -17,7 +19,7 @@ import pytest
 
 from inferwatch.testing import chaos
 
-# Slow, and about four minutes on its own: run by `make chaos`, not by `make test` (keeps the suite under 20
+# Slow, and about five minutes on its own: run by `make chaos`, not by `make test` (keeps the suite under 20
 # minutes); the HA pieces it combines have their own tests in the suite (test_ha_*.py).
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 CHAT = ("oncall-slack", "llm-owners-wecom")
@@ -35,7 +37,12 @@ def outcome(tmp_path_factory):
 
 def test_every_victim_was_killed_and_came_back(outcome):
     assert not outcome.errors, outcome.errors
-    assert sorted(k.kill.kind for k in outcome.kills) == ["alertmanager", "notifier", "prometheus"]
+    assert sorted(k.kill.kind for k in outcome.kills) == ["alertmanager", "notifier", "notifier-stop", "postgres",
+                                                          "prometheus"]
+    stopped = next(k for k in outcome.kills if k.kill.kind == "notifier-stop")
+    assert stopped.restarted_at - stopped.killed_at >= chaos.STOP_S[0], outcome.report()
+    killed = next(k for k in outcome.kills if k.kill.kind == "notifier")
+    assert killed.index != stopped.index, outcome.report()  # the other replica
     assert all(k.restarted_at > k.killed_at for k in outcome.kills)
 
 

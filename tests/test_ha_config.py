@@ -131,7 +131,8 @@ def test_compose_override_runs_the_same_topology(tree):
         (secrets / name).write_text("x\n")
     result = subprocess.run(_compose_cli() + ["-f", "docker-compose.yml", "-f", HA_FILE, "config"], cwd=tree,
                             capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin:/usr/local/bin", "INFERWATCH_SECRETS": str(secrets)})
+                            env={"PATH": "/usr/bin:/bin:/usr/local/bin", "INFERWATCH_SECRETS": str(secrets),
+                                 "INFERWATCH_DEMO_OUTBOX_PASSWORD": "pw-from-env"})
     assert result.returncode == 0, result.stderr
     services = yaml.safe_load(result.stdout)["services"]
     peers = ["alertmanager", "alertmanager-1", "alertmanager-2"]
@@ -154,6 +155,15 @@ def test_compose_override_runs_the_same_topology(tree):
     assert urls == {f"http://{WEBHOOK_ALIAS}:9410/alerts"}
     notifier_spec = yaml.safe_load((tree / NOTIFIER_SPEC).read_text())
     assert [t["address"] for t in notifier_spec["targets"]["notifiers"]] == ["notifier:9410", "notifier-1:9410"]
+    # One shared PostgreSQL outbox: the spec's URL, its password by reference, the value from the environment.
+    assert notifier_spec["notifier"]["outbox"]["url"] == "postgresql://inferwatch@127.0.0.1:5432/inferwatch"
+    assert notifier_spec["notifier"]["outbox"]["password"] == "${INFERWATCH_DEMO_OUTBOX_PASSWORD}"
+    for name in ("notifier", "notifier-1"):
+        assert services[name]["environment"]["INFERWATCH_DEMO_OUTBOX_PASSWORD"] == "pw-from-env"
+    missing = subprocess.run(_compose_cli() + ["-f", "docker-compose.yml", "-f", HA_FILE, "config"], cwd=tree,
+                             capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin:/usr/local/bin", "INFERWATCH_SECRETS": str(secrets)})
+    assert missing.returncode != 0 and "INFERWATCH_DEMO_OUTBOX_PASSWORD" in missing.stderr
 
 
 # --------------------------------------------------------------------------------------------- Kubernetes
@@ -170,7 +180,7 @@ def test_kubernetes_objects_carry_the_same_topology(files, spec):
     assert docs[("PodDisruptionBudget", "inferwatch-notifier")]["spec"]["maxUnavailable"] == 1
     assert statefulset["spec"]["template"]["spec"]["topologySpreadConstraints"]
     cluster_spec = yaml.safe_load(yaml.safe_load(base["spec.yaml"])["data"]["inferwatch.yaml"])
-    assert cluster_spec["targets"]["notifiers"][1].startswith("inferwatch-notifier-1.inferwatch-notifier-headless.")
+    assert cluster_spec["targets"]["notifiers"] == []  # the replicas share the outbox; they never address each other
     for name in ("inferwatch-alertmanager", "inferwatch-prometheus", "inferwatch-prometheus-alerts"):
         monitor = docs[("ServiceMonitor", name)]
         errors = list(jsonschema.Draft202012Validator(_crd("servicemonitor")).iter_errors(monitor))

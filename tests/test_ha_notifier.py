@@ -1,8 +1,9 @@
-"""The notifier across replicas (docs/ha.md): replicas behind one address deliver a notification once (a
-copy that reaches another replica is a duplicate; a firing copy of a group already resolved is stale; rows a
-killed replica still held are left out when a peer took them over), fail open when a peer does not answer,
-a resolve that races an escalation being sent still resolves the page, and with ha.answer_wait a 2xx says how
-many messages already reached their channel."""
+"""The notifier across replicas (docs/ha.md): replicas behind one address share one PostgreSQL outbox and
+deliver a notification once (a copy that reaches another replica is a duplicate; a firing copy of a group
+already resolved is stale, whichever replica holds the resolution; what a stopped replica stored is sent by
+another, once); replicas configured on SQLite say at start that they need the shared outbox; a resolve that
+races an escalation being sent still resolves the page, and with ha.answer_wait a 2xx says how many messages
+already reached their channel."""
 
 from __future__ import annotations
 
@@ -56,10 +57,12 @@ def pinned(body: dict, status: str | None = None) -> dict:
     return out
 
 
-def replicas(sims, tmp_path, n: int = 2, **ha):
-    """`n` notifier replicas (in-process) that know each other, on the simulators."""
+def replicas(sims, tmp_path, n: int = 2, pg_url: str | None = None, **ha):
+    """`n` notifier replicas (in-process) on the simulators, sharing the PostgreSQL outbox at `pg_url` (its
+    password in $INFERWATCH_TEST_PGPASSWORD, conftest's pg_database), else each on its own SQLite outbox."""
     ports = [free_port() for _ in range(n)]
-    data = spec_data(sims)
+    data = spec_data(sims, **({"outbox": {"url": pg_url, "password": "${INFERWATCH_TEST_PGPASSWORD}"}}
+                              if pg_url else {}))
     data["targets"] = {"notifiers": [f"127.0.0.1:{p}" for p in ports]}
     data["ha"] = {"notifier_replicas": n, **ha}
     spec = spec_from_dict(data)
@@ -81,8 +84,8 @@ def _wait_settled(*services: NotifierService) -> None:
 
 
 # ------------------------------------------------------------------------------------------- replicas
-def test_a_copy_reaching_the_other_replica_is_a_duplicate(sims, tmp_path):
-    _, (a, b) = replicas(sims, tmp_path)
+def test_a_copy_reaching_the_other_replica_is_a_duplicate(sims, tmp_path, pg_database):
+    _, (a, b) = replicas(sims, tmp_path, pg_url=pg_database[0])
     a.start(), b.start()
     try:
         body = pinned(webhook("GpuLost", "L1", group="g-dup"))
@@ -91,16 +94,17 @@ def test_a_copy_reaching_the_other_replica_is_a_duplicate(sims, tmp_path):
         assert post(b.url, body).json() == {"status": "duplicate", "deliveries": 0}
         _wait_settled(a, b)  # a second page, had b stored a copy, would have been sent by now
         assert pagerduty_events(sims) == ["trigger"]
-        assert metric(b.url, 'inferwatch_notifier_peer_checks_total{outcome="answered"}') >= 1
+        assert metric(b.url, 'inferwatch_notifier_webhooks_total{outcome="duplicate"}') == 1
     finally:
         a.stop(), b.stop()
 
 
 @pytest.mark.parametrize("where", ["same replica", "other replica"])
-def test_a_late_firing_copy_of_a_resolved_group_is_stale_and_a_new_firing_is_not(sims, tmp_path, where):
+def test_a_late_firing_copy_of_a_resolved_group_is_stale_and_a_new_firing_is_not(sims, tmp_path, pg_database, where):
     """Alertmanager peers can send a group's firing state again right after another sent its resolution
-    (prometheus/alertmanager#2447): it would reopen the incident. A new firing (a later start) is delivered."""
-    _, (a, b) = replicas(sims, tmp_path)
+    (prometheus/alertmanager#2447): it would reopen the incident. A new firing (a later start) is delivered.
+    The resolution is in the shared outbox, so the other replica knows it too."""
+    _, (a, b) = replicas(sims, tmp_path, pg_url=pg_database[0])
     a.start(), b.start()
     try:
         firing = pinned(webhook("GpuLost", "L1", group="g-stale"), "firing")
@@ -123,67 +127,45 @@ def test_a_late_firing_copy_of_a_resolved_group_is_stale_and_a_new_firing_is_not
         a.stop(), b.stop()
 
 
-def test_rows_a_killed_replica_held_are_not_sent_again_when_a_peer_took_them_over(sims, tmp_path):
-    spec, (a, b) = replicas(sims, tmp_path)
+def test_what_a_stopped_replica_stored_is_sent_once_by_another(sims, tmp_path, pg_database):
+    """b stored a webhook and stopped before sending or answering it; Alertmanager retried it on a. The retry is
+    a duplicate of the shared row, a sends that row, and b back again sends nothing more."""
+    spec, (a, b) = replicas(sims, tmp_path, pg_url=pg_database[0])
     body = pinned(webhook("GpuLost", "L1", group="g-takeover"))
     message = message_from_dict(body)
-    # b stored the webhook and died before sending or answering it ...
     b.outbox.accept(message, plan(spec, Router(spec), message, time.time()))
-    b.outbox.close()
+    b.outbox.close_all()
     a.start()
     try:
-        # ... so Alertmanager retried it on a, which delivered it.
-        assert post(a.url, body).json()["status"] == "accepted"
-        wait_for(lambda: pagerduty_events(sims) == ["trigger"], what="the page from a")
+        assert post(a.url, body).json() == {"status": "duplicate", "deliveries": 0}
+        wait_for(lambda: pagerduty_events(sims) == ["trigger"], what="the page, sent by a")
         b2 = NotifierService(spec, tmp_path / "r1", port=b.port).start()
         try:
-            wait_for(lambda: b2.outbox.counts()["pending"] == 0, what="b's recovered rows settled")
-            assert b2.outbox.counts()["superseded"] == 2  # phone and voice: both taken over
             _wait_settled(a, b2)
             assert pagerduty_events(sims) == ["trigger"]
+            assert a.outbox.counts()["delivered"] == 2  # phone and voice, one row each in the shared outbox
         finally:
             b2.stop()
     finally:
         a.stop()
 
 
-def test_the_replica_that_accepted_a_notification_first_sends_it_and_the_peer_drops_its_copy(sims, tmp_path):
-    spec, (a, b) = replicas(sims, tmp_path)
-    body = pinned(webhook("GpuLost", "L1", group="g-first"))
-    message = message_from_dict(body)
-    b.outbox.accept(message, plan(spec, Router(spec), message, time.time()))  # b first, then killed
-    b.outbox.close()
-    sims.pagerduty.set_mode("down")
-    sims.voice.set_mode("down")
-    a.start()
-    try:
-        assert post(a.url, body).json()["status"] == "accepted"  # the retry; a cannot send it yet
-        wait_for(lambda: sims.pagerduty.attempts >= 1, what="a's first try")
-        b2 = NotifierService(spec, tmp_path / "r1", port=b.port).start()
+def test_replicas_on_sqlite_say_at_start_that_they_need_the_shared_outbox(sims, tmp_path, pg_database, caplog):
+    """Without notifier.outbox.url each replica keeps its own outbox (copies delivered twice): warned at start
+    (speccheck.replica_findings), and not with the shared PostgreSQL outbox."""
+    for pg_url, warned in ((None, True), (pg_database[0], False)):
+        caplog.clear()
+        _, (a, _b) = replicas(sims, tmp_path / ("pg" if pg_url else "sqlite"), pg_url=pg_url)
+        with caplog.at_level("WARNING", logger="inferwatch.notifier.service"):
+            a.start()
         try:
-            assert b2.outbox.counts()["superseded"] == 0  # b accepted it first: b keeps it ...
-            wait_for(lambda: a.outbox.counts()["pending"] == 0, what="a's copy released")
-            assert a.outbox.counts()["superseded"] == 2   # ... and a leaves its copies out
-            sims.pagerduty.set_mode("ok")
-            sims.voice.set_mode("ok")
-            wait_for(lambda: b2.outbox.counts()["pending"] == 0, timeout=30, what="b's page")
-            _wait_settled(a, b2)
-            assert pagerduty_events(sims) == ["trigger"]
+            said = [r.getMessage() for r in caplog.records if "notifier.outbox.url" in r.getMessage()]
+            assert bool(said) is warned, said
+            if warned:
+                assert "ha.notifier_replicas is 2" in said[0] and "postgresql://" in said[0]
         finally:
-            b2.stop()
-    finally:
-        a.stop()
-
-
-def test_a_peer_that_does_not_answer_is_left_out(sims, tmp_path):
-    _, (a, _b) = replicas(sims, tmp_path)  # b never starts
-    a.start()
-    try:
-        assert post(a.url, webhook("GpuLost", "L1", group="g-alone")).json()["status"] == "accepted"
-        wait_for(lambda: "trigger" in pagerduty_events(sims), what="the page")
-        assert metric(a.url, 'inferwatch_notifier_peer_checks_total{outcome="unanswered"}') == 1
-    finally:
-        a.stop()
+            a.stop()
+            _b.outbox.close_all()
 
 
 def test_answer_wait_says_what_reached_the_channel(sims, tmp_path):

@@ -40,7 +40,6 @@ ROWS = [  # (row, the bytes sent before the connection is closed, path)
     ("content_length_short", _short_body, "/alerts"),  # the case (a stalled replica)
     ("chunk_cut", _cut_chunk, "/alerts"),
     ("no_last_chunk", _no_last_chunk, "/alerts"),
-    ("peer_check_short", _short_body, "/-/peer/check"),
 ]
 
 

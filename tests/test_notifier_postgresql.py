@@ -136,18 +136,6 @@ def test_the_kubernetes_notifier_reads_the_postgresql_password_from_its_secret()
     assert in_cluster["notifier"]["outbox"]["url"] == "postgresql://notifier@db.example:5432/inferwatch"
 
 
-@pytest.mark.parametrize("backend, asks_peers", [("sqlite", True), ("postgresql", False)])
-def test_replicas_ask_each_other_only_without_a_shared_outbox(sims, pg_database, tmp_path, backend, asks_peers):
-    data = spec_data(sims) if backend == "sqlite" else pg_spec_data(sims, pg_database[0])
-    data["ha"] = {"notifier_replicas": 2}
-    data["targets"] = {"notifiers": ["127.0.0.1:9411", "127.0.0.1:9412"]}
-    svc = NotifierService(spec_from_dict(data), tmp_path / "data", port=9411)
-    try:
-        assert (svc.peers is not None) is asks_peers
-    finally:
-        svc.outbox.close_all()
-
-
 def test_two_replicas_together_keep_a_destinations_rate_limit(sims, pg_database, tmp_path):
     sims.set_mode("ok")
     data = pg_spec_data(sims, pg_database[0])

@@ -108,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
         files = for_root(render_all(spec), root, getattr(args, "spec_reference", False))
     except SpecError as exc:
         raise exc.with_file(file) from None
+    from inferwatch.speccheck import replica_findings
+
+    for finding in replica_findings(spec):  # generated outputs that run replicas without a shared outbox
+        print(f"warning: {finding}", file=sys.stderr)
     if args.check:
         stale = stale_files(files, root)
         for rel in stale:

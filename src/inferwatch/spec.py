@@ -982,7 +982,8 @@ class HighAvailability:
         [], doc="the Alertmanager peers: 'host:port' or {address, cluster_address}; none = one Alertmanager")
     notifier_replicas: int = field(1, doc="notifier processes receiving webhooks at targets.notifier (one "
                                           "address: a Service, a DNS name of all of them, or a port they share "
-                                          "on one host with --shared-port); each has its own outbox")
+                                          "on one host with --shared-port); above 1 they need one shared "
+                                          "outbox, notifier.outbox.url (PostgreSQL), else a warning")
     peer_timeout: Duration = field(_d("15s"), doc="Alertmanager --cluster.peer-timeout: each peer waits its "
                                                   "position × this before sending what a peer before it should "
                                                   "have sent (the longest failover delay of a dead peer)")

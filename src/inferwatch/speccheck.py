@@ -19,7 +19,12 @@ Each check is one kind of contradiction, judged on the values the generated rule
   channels: the alert would end as an `unrouted` dead letter. Refused;
 - a critical alert that reaches no channel that pages (PagerDuty, voice), neither at once nor by escalation,
   while the spec declares one: `critical` means pages (docs/conventions.md, "The alert contract"). Warned,
-  naming the alert and where it goes instead.
+  naming the alert and where it goes instead;
+- several notifier replicas (`ha.notifier_replicas`) without a shared outbox (`notifier.outbox.url`): each
+  replica then keeps its own SQLite outbox, so a copy of a webhook that Alertmanager sends to another
+  replica (a retry, a peer taking over) is delivered again, and a lost node loses its backlog. Replicas
+  coordinate only through one PostgreSQL outbox (docs/ha.md). Warned (`check`, `generate`, the notifier's
+  start).
 """
 
 from __future__ import annotations
@@ -155,7 +160,20 @@ def route_findings(spec: Spec) -> list[Finding]:
     return out
 
 
+def replica_findings(spec: Spec) -> list[Finding]:
+    """A warning when `ha.notifier_replicas` is above 1 and the outbox is SQLite (no notifier.outbox.url)."""
+    n = spec.ha.notifier_replicas
+    if n < 2 or spec.notifier.outbox.url:
+        return []
+    return [Finding("notifier.outbox.url", f"ha.notifier_replicas is {n} but each replica would keep its own SQLite "
+                                           f"outbox: a webhook copy reaching another replica is delivered twice and "
+                                           f"a lost node loses its backlog; replicas need one shared outbox, "
+                                           f"notifier.outbox.url: postgresql://user@host:port/database "
+                                           f"(docs/ha.md)", refuse=False)]
+
+
 def findings(spec: Spec) -> list[Finding]:
     """Every contradiction and warning of `spec`, in the order of the module docstring. Raises SpecError only
     where the rules themselves cannot be generated (as `inferwatch generate` would)."""
-    return tier_findings(spec) + window_findings(spec) + for_findings(spec) + route_findings(spec)
+    return (tier_findings(spec) + window_findings(spec) + for_findings(spec) + route_findings(spec)
+            + replica_findings(spec))

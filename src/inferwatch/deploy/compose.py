@@ -10,8 +10,12 @@ With replicas in the spec's `ha` section, the same topology as a compose overrid
 deploy/compose/docker-compose.ha.yml (`docker compose -f docker-compose.yml -f deploy/compose/docker-compose.ha.yml
 up`): Prometheus replicas `prometheus` (the first) and `prometheus-<name>`, each with its own configuration
 file and data; Alertmanager peers `alertmanager`, `alertmanager-1`, ... clustered on port 9094 with the same
-configuration; notifier replicas `notifier`, `notifier-1`, ... each with its own outbox volume, all answering
-the network alias `notifier-webhook`, which Alertmanager posts to (Docker's DNS returns every live replica).
+configuration; notifier replicas `notifier`, `notifier-1`, ..., all answering the network alias
+`notifier-webhook`, which Alertmanager posts to (Docker's DNS returns every live replica), and all sharing the
+user's PostgreSQL outbox (`notifier.outbox.url`, docs/ha.md): the URL as the spec gives it, the password never
+inline, from the environment variable the spec names (passed through to every replica) or from the compose
+secret `notifier-outbox-password` (a `password_file` in the spec; an inline password becomes
+${INFERWATCH_NOTIFIER_OUTBOX_PASSWORD}).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from inferwatch.deploy.kubernetes.specfile import to_data, with_references
 from inferwatch.deploy.prometheus import config_path, prometheus_configs
 from inferwatch.rules.generate import HEADER, dump
 from inferwatch.spec import AlertmanagerPeer, ExporterTarget, HighAvailability, PrometheusReplica, Spec, TritonTarget
+from inferwatch.specload import Secret
 
 OUT_DIR = "deploy/compose"
 NODE = "compose"  # the single Docker host: every target's `node` label
@@ -44,6 +49,8 @@ BIND = "${INFERWATCH_BIND:-127.0.0.1}"
 # Where docker-compose.yml mounts things inside the containers.
 RULES_IN_CONTAINER = "/etc/prometheus/rules/*.yml"
 SECRETS_IN_CONTAINER = "/run/secrets"
+OUTBOX_PASSWORD_SECRET = "notifier-outbox-password"  # noqa: S105 - a compose secret's name (password_file)
+SECRETS_DIR = "${INFERWATCH_SECRETS:-./deploy/compose/secrets}"  # docker-compose.yml's secret files
 
 
 def _addr(service: str) -> str:
@@ -93,8 +100,26 @@ def compose_spec(spec: Spec) -> Spec:
     prometheus = dataclasses.replace(spec.prometheus, rule_files=[RULES_IN_CONTAINER])
     notifier = dataclasses.replace(
         spec.notifier, token_file=f"{SECRETS_IN_CONTAINER}/notifier-token",
-        fallback_routing_key_file=f"{SECRETS_IN_CONTAINER}/pagerduty-fallback-key")
+        fallback_routing_key_file=f"{SECRETS_IN_CONTAINER}/pagerduty-fallback-key", outbox=_outbox(spec))
     return dataclasses.replace(spec, targets=targets, prometheus=prometheus, notifier=notifier, ha=_ha(spec))
+
+
+def _outbox(spec: Spec):
+    """The spec's outbox as the containers read it: a password file is the compose secret's."""
+    o = spec.notifier.outbox
+    if o.password is None or o.password.file is None:
+        return o
+    return dataclasses.replace(o, password=Secret(file=f"{SECRETS_IN_CONTAINER}/{OUTBOX_PASSWORD_SECRET}",
+                                                  path=o.password.path))
+
+
+def outbox_password_env(spec: Spec) -> dict[str, str]:
+    """{variable: compose interpolation} passing the outbox password's environment variable to the notifier
+    replicas ({} when it is a file or unset); a missing variable stops `docker compose up` with its name."""
+    password = with_references(compose_spec(spec)).notifier.outbox.password
+    if password is None or password.env is None:
+        return {}
+    return {password.env: f"${{{password.env}:?the notifier's PostgreSQL outbox password (notifier.outbox.password)}}"}
 
 
 def collector_targets(spec: Spec) -> dict:
@@ -187,17 +212,30 @@ def ha_override(spec: Spec) -> dict:
                           "secrets": ["notifier-token", "pagerduty-fallback-key"],
                           "ports": [f"{BIND}:{9093 + 100 * i}:9093"], "depends_on": ["notifier"],
                           "restart": "unless-stopped"}
+    secrets: dict = {}
     if spec.ha.notifier_replicas > 1:
-        # Every replica answers the webhook alias and reads the spec with compose addresses (its peers).
-        shared = {"networks": {"default": {"aliases": [WEBHOOK_ALIAS]}},
-                  "volumes": [f"./{NOTIFIER_SPEC}:/etc/inferwatch/inferwatch.yaml:ro"]}
+        # Every replica answers the webhook alias and reads the spec with compose addresses and the shared
+        # outbox's URL; its password comes from the environment or a compose secret, never the file.
+        shared: dict = {"networks": {"default": {"aliases": [WEBHOOK_ALIAS]}},
+                        "volumes": [f"./{NOTIFIER_SPEC}:/etc/inferwatch/inferwatch.yaml:ro"]}
+        password_env = outbox_password_env(spec)
+        if password_env:
+            shared["environment"] = password_env
+        if spec.notifier.outbox.password is not None and spec.notifier.outbox.password.file is not None:
+            shared["secrets"] = ["notifier-token", OUTBOX_PASSWORD_SECRET]
+            secrets[OUTBOX_PASSWORD_SECRET] = {"file": f"{SECRETS_DIR}/{OUTBOX_PASSWORD_SECRET}"}
         services["notifier"] = shared
         for i in range(1, spec.ha.notifier_replicas):
             name = replica_service("notifier", i)
-            volumes[f"{name}-outbox"] = {}
+            volumes[f"{name}-outbox"] = {}  # the data folder (the integrity check's); the outbox is PostgreSQL
             service = notifier_service(f"{name}-outbox")
-            services[name] = {**service, **shared, "volumes": [*shared["volumes"], *service["volumes"][1:]]}
-    override = {"services": services, "volumes": volumes} if volumes else {"services": services}
+            services[name] = {**service, **shared, "volumes": [*shared["volumes"], *service["volumes"][1:]],
+                              "environment": {**service["environment"], **password_env}}
+    override: dict = {"services": services}
+    if volumes:
+        override["volumes"] = volumes
+    if secrets:
+        override["secrets"] = secrets
     return json.loads(json.dumps(override))  # no YAML anchors for the shared parts
 
 
@@ -233,8 +271,8 @@ def outputs(spec: Spec) -> dict[str, str]:
         files[HA_FILE] = head + usage + dump(ha_override(spec))
         if spec.ha.notifier_replicas > 1:
             files[NOTIFIER_SPEC] = (HEADER.replace("from the spec", "from the spec (compose addresses)")
-                                    + "# The spec as the compose notifier replicas read it: compose addresses "
-                                    "(their peers among them), secrets by reference.\n"
+                                    + "# The spec as the compose notifier replicas read it: compose addresses, "
+                                    "the shared PostgreSQL outbox, secrets by reference.\n"
                                     + yaml.safe_dump(to_data(with_references(cs)), sort_keys=False, allow_unicode=True,
                                                      width=120))
     return files

@@ -67,9 +67,6 @@ class NotifierMetrics:
                                 "Deliveries whose outcome (sent, failed) is held in memory because the outbox "
                                 "could not be written yet; they are not sent again meanwhile.",
                                 registry=self.registry)
-        self.peer_checks = Counter("inferwatch_notifier_peer_checks_total",
-                                   "Questions to peer replicas about a webhook (replicas.py), by whether the peer "
-                                   "answered in time.", ["outcome"], registry=self.registry)
         self.connections = Gauge("inferwatch_notifier_http_connections", "Open client connections to the intake.",
                                  registry=self.registry)
         self.connections_closed = Counter("inferwatch_notifier_http_connections_closed_total",
@@ -81,8 +78,6 @@ class NotifierMetrics:
             self.repairs.labels(kind)
         for reason in CLOSE_REASONS:
             self.connections_closed.labels(reason)
-        for outcome in ("answered", "unanswered"):
-            self.peer_checks.labels(outcome)
         # An unrouted alert no channel can take is a dead letter of the pseudo-channel "unrouted".
         self.dead_letters.labels(UNROUTED_CHANNEL, "unrouted")
         for ch in channels:

@@ -378,50 +378,6 @@ class Outbox:
         row = self._db().execute("SELECT received_at FROM intake WHERE key=?", (delivery_key,)).fetchone()
         return row is not None and now - row["received_at"] < self.dedup_window_s
 
-    def peer_status(self, items: list[tuple[str, str]], now: float | None = None) -> list[dict]:
-        """For (delivery key, channel) pairs a restarted peer holds: when this replica accepted that key (within
-        the dedup window, else None), whether it delivered it to that channel and whether it still means to
-        (a pending row)."""
-        now = time.time() if now is None else now
-        db = self._db()
-        out = []
-        for key, channel in items:
-            row = db.execute("SELECT received_at FROM intake WHERE key=? AND received_at>=?",
-                             (key, now - self.dedup_window_s)).fetchone()
-            done = db.execute("SELECT 1 FROM messages m JOIN deliveries d ON d.message_id=m.id WHERE "
-                              "m.delivery_key=? AND d.channel=? AND d.state='delivered' LIMIT 1",
-                              (key, channel)).fetchone()
-            pending = db.execute("SELECT 1 FROM messages m JOIN deliveries d ON d.message_id=m.id WHERE "
-                                 "m.delivery_key=? AND d.channel=? AND d.state='pending' LIMIT 1",
-                                 (key, channel)).fetchone()
-            out.append({"accepted_at": row["received_at"] if row else None, "delivered": done is not None,
-                        "pending": pending is not None})
-        return out
-
-    def release(self, items: list[tuple[str, str]], now: float | None = None) -> int:
-        """Finish as superseded this replica's pending rows of (delivery key, channel): a peer that accepted
-        them first sends them. Returns how many rows it finished."""
-        now = time.time() if now is None else now
-
-        def write(db):
-            n = 0
-            for key, channel in items:
-                n += db.execute("UPDATE deliveries SET state='superseded', finished_at=?, last_reason='peer', "
-                                "last_error='sent by a peer replica that accepted it first' WHERE state='pending' "
-                                "AND channel=? AND message_id IN (SELECT id FROM messages WHERE delivery_key=?)",
-                                (now, channel, key)).rowcount
-            return n
-
-        return self._write("record", write)
-
-    def recovered(self, before: float) -> list[tuple[int, str, str, float]]:
-        """(id, delivery key, channel, accepted at) of the rows pending since before `before` (a restart): what
-        this replica had accepted and not delivered when it stopped."""
-        rows = self._db().execute(
-            "SELECT d.id, m.delivery_key, d.channel, m.received_at FROM deliveries d JOIN messages m ON "
-            "m.id=d.message_id WHERE d.state='pending' AND d.created_at<? AND m.delivery_key IS NOT NULL", (before,))
-        return [(r["id"], r["delivery_key"], r["channel"], r["received_at"]) for r in rows]
-
     def resolutions(self, group_key: str, now: float | None = None) -> dict[str, float]:
         """{fingerprint: latest endsAt (epoch s)} of the group's alerts reported resolved within the dedup window."""
         now = time.time() if now is None else now

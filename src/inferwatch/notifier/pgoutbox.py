@@ -22,7 +22,6 @@ database written by a newer version is refused.
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import json
 import logging
@@ -51,7 +50,7 @@ from inferwatch.notifier.outbox import (
     Outcome,
     Planned,
 )
-from inferwatch.notifier.replicas import stale
+from inferwatch.notifier.stale import stale
 from inferwatch.redaction import redact
 
 log = logging.getLogger(__name__)
@@ -520,17 +519,6 @@ class PostgresOutbox:
             return depth, r["n"], (now - r["oldest"]) if r["oldest"] else 0.0
 
         return self._read(read)
-
-    # ------------------------------------------------------------------ the SQLite peer protocol's calls
-    def peer_status(self, items, now=None) -> builtins.list[dict]:
-        """Replicas on one database share the outbox: no peer holds anything this one does not see."""
-        return [{"accepted_at": None, "delivered": False, "pending": False} for _ in items]
-
-    def release(self, items, now=None) -> int:
-        return 0
-
-    def recovered(self, before: float) -> builtins.list:
-        return []
 
 
 class SharedRateLimiter:

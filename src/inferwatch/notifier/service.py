@@ -2,7 +2,8 @@
 delivery worker threads, over one outbox.
 
 POST /alerts answers: 200 after the notification is committed to the outbox (group commit, see committer.py)
-or recognised as a redelivery (by this replica or, with replicas, a peer) or as stale (replicas.py); 400 for
+or recognised as a redelivery (a copy of a webhook the outbox holds: with a shared PostgreSQL outbox, whichever
+replica took it) or as stale (stale.py); 400 for
 what is not an Alertmanager payload at all (the message names the field; oversized or badly encoded values
 are cut or replaced and accepted, see model.py); 401 missing/wrong
 credentials; 408 a body slower than `notifier.body_timeout`; 413 body over `notifier.max_body_bytes`; 503
@@ -11,8 +12,8 @@ we did not keep the alert. Every answer is counted in inferwatch_notifier_webhoo
 refusal is logged with its reason (one line per reason and field a minute, ratelog.ConditionLog), 404/405
 for a wrong path or method included. /-/ready answers 503 while the outbox cannot be written.
 With ha.answer_wait the 200 waits (that long at most) for the webhook's messages to be sent and says how many
-reached their channel. POST /-/peer/check, /-/peer/delivered and /-/peer/release answer peer replicas
-(replicas.py).
+reached their channel. Replicas share one PostgreSQL outbox (notifier.outbox.url, docs/ha.md); they never
+talk to each other.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from inferwatch.notifier.intake import plan
 from inferwatch.notifier.metrics import NotifierMetrics
 from inferwatch.notifier.model import PayloadError, Repair, parse_webhook
 from inferwatch.notifier.outbox import Outbox, OutboxError
-from inferwatch.notifier.replicas import CHECK_PATH, DELIVERED_PATH, RELEASE_PATH, Peers, Verdict, stale
 from inferwatch.notifier.routing import Router
+from inferwatch.notifier.stale import stale
 from inferwatch.notifier.worker import DeliveryWorker
 from inferwatch.ratelog import ConditionLog
 from inferwatch.spec import Spec
@@ -145,15 +146,12 @@ class NotifierService:
         self._last_probe = 0.0
         self.accepted = 0
         self.started_at = time.time()
-        self.peers = self._peers()
+    def warn_replicas(self) -> None:
+        """Log speccheck.replica_findings: replicas configured without a shared PostgreSQL outbox."""
+        from inferwatch.speccheck import replica_findings
 
-    def _peers(self) -> Peers | None:
-        """The other replicas (`targets.notifiers`, this one's own address left out), with ha.notifier_replicas > 1."""
-        if self.spec.ha.notifier_replicas < 2 or uses_postgres(self.spec):
-            return None  # one notifier, or replicas sharing one PostgreSQL outbox: nobody to ask
-        me = f"{self.host}:{self.port}"
-        urls = [f"http://{t.address}" for t in self.spec.targets.exporter_targets("notifiers") if t.address != me]
-        return Peers(urls, self._credentials[0] if self._credentials else None)
+        for finding in replica_findings(self.spec):
+            log.warning("%s", finding)
 
     def _expected_credentials(self) -> list[str]:
         """Authorization header values we accept (resolved once at start: a missing secret fails start-up)."""
@@ -171,10 +169,7 @@ class NotifierService:
         app = web.Application(client_max_size=self.spec.notifier.max_body_bytes, middlewares=[self._count_http_errors])
         app.add_routes([web.post("/alerts", self.handle_alerts),
                         web.get("/metrics", metrics_handler(self.metrics.registry)),
-                        web.get("/-/healthy", self.handle_health), web.get("/-/ready", self.handle_ready),
-                        web.post(CHECK_PATH, self.handle_peer_check),
-                        web.post(DELIVERED_PATH, self.handle_peer_delivered),
-                        web.post(RELEASE_PATH, self.handle_peer_release)])
+                        web.get("/-/healthy", self.handle_health), web.get("/-/ready", self.handle_ready)])
         return app
 
     @web.middleware
@@ -239,11 +234,7 @@ class NotifierService:
         self.probe_bytes = max(self.probe_bytes, len(body))
         self._report_repairs(message.group_key, repairs)
         now = time.time()
-        verdict = await self._replica_verdict(message)
-        if verdict.seen:
-            self.metrics.webhooks.labels("duplicate").inc()
-            return web.json_response({"status": "duplicate", "deliveries": 0})
-        if stale(message, verdict.resolved):
+        if await self._stale_here(message):
             return await self._stale(message, now)
         unrouted = not self.router.match(message.labels)
         planned = plan(self.spec, self.router, message, now)
@@ -284,20 +275,18 @@ class NotifierService:
             answer["unrouted"] = True
         return web.json_response(answer)
 
-    async def _replica_verdict(self, message) -> Verdict:
-        """What this replica's outbox and its peers know of `message` (see replicas.py)."""
-        loop = asyncio.get_running_loop()
-        local = loop.run_in_executor(None, self.outbox.resolutions, message.group_key)
-        verdict = await self.peers.check(message) if self.peers is not None else Verdict()
-        if self.peers is not None and verdict.answered < verdict.asked:
-            self.metrics.peer_checks.labels("unanswered").inc(verdict.asked - verdict.answered)
-        if verdict.answered:
-            self.metrics.peer_checks.labels("answered").inc(verdict.answered)
+    async def _stale_here(self, message) -> bool:
+        """Is `message` stale by the outbox's resolutions (stale.py), so the answer says "stale"? The PostgreSQL
+        outbox checks it again in the insert's own transaction (pgoutbox.py: a resolution another replica
+        commits meanwhile is seen there); an unreadable outbox is no verdict (the commit that follows reports it)."""
+        if message.status != "firing":
+            return False
         try:
-            verdict.merge(False, await local)
-        except (sqlite3.Error, OutboxError):  # an unreadable outbox: the commit below reports it
-            pass
-        return verdict
+            resolved = await asyncio.get_running_loop().run_in_executor(None, self.outbox.resolutions,
+                                                                        message.group_key)
+        except (sqlite3.Error, OutboxError):
+            return False
+        return stale(message, resolved)
 
     async def _stale(self, message, now: float) -> web.Response:
         """Keep a stale firing notification (auditable, and its retries deduplicated) without delivering it."""
@@ -311,88 +300,6 @@ class NotifierService:
                       "alerts were all reported resolved already (an Alertmanager peer's late copy)",
                       message.group_key[:200])
         return web.json_response({"status": "stale", "deliveries": 0})
-
-    async def _peer_items(self, request: web.Request) -> tuple[list[tuple[str, str]], web.Response | None]:
-        """The (delivery key, channel) pairs a peer's request names (at most 100,000), or the answer refusing
-        the request: 401 without the right credentials, 400 for a body that is not {items: [[key, channel]]}."""
-        if not self._authorized(request):
-            return [], self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
-        try:
-            return [(str(k), str(c)) for k, c in (await request.json())["items"]][:100_000], None
-        except (ValueError, KeyError, TypeError):
-            return [], web.json_response({"error": "expected {items: [[delivery_key, channel], ...]}"}, status=400)
-
-    def _sqlite_outbox(self) -> Outbox:
-        """The SQLite outbox the peer protocol reads (replicas.py); replicas on PostgreSQL have no peers, so
-        a peer call reaching one is answered as an unavailable outbox (OutboxError), never a 500."""
-        if not isinstance(self.outbox, Outbox):
-            raise OutboxError("the peer protocol needs the SQLite outbox; this replica shares PostgreSQL")
-        return self.outbox
-
-    async def handle_peer_delivered(self, request: web.Request) -> web.Response:
-        """For a restarted peer: of its recovered (delivery key, channel) pairs, when this replica accepted each
-        and whether it delivered it (replicas.py)."""
-        items, refusal = await self._peer_items(request)
-        if refusal is not None:
-            return refusal
-        try:
-            statuses = await asyncio.get_running_loop().run_in_executor(None, self._sqlite_outbox().peer_status, items)
-        except (sqlite3.Error, OutboxError):
-            return web.json_response({"error": "outbox unreadable"}, status=503)
-        return web.json_response({"items": statuses})
-
-    async def handle_peer_release(self, request: web.Request) -> web.Response:
-        """For a restarted peer that accepted these (delivery key, channel) pairs first and sends them: leave
-        this replica's pending copies out (replicas.py)."""
-        items, refusal = await self._peer_items(request)
-        if refusal is not None:
-            return refusal
-        try:
-            released = await asyncio.get_running_loop().run_in_executor(None, self._sqlite_outbox().release, items)
-        except OutboxError:
-            return web.json_response({"error": "outbox unavailable"}, status=503)
-        if released:
-            log.info("left out %d pending notification(s) a peer replica accepted first and sends", released)
-        return web.json_response({"released": released})
-
-    async def reconcile(self) -> None:
-        """Before delivering what this replica held when it stopped, leave out what a peer took over."""
-        if self.peers is None:
-            return
-        try:
-            rows = self._sqlite_outbox().recovered(self.started_at)
-            taken = await self.peers.settle(rows)
-            if taken:
-                self.outbox.finish(taken, "superseded", time.time(), "peer",
-                                   "delivered or accepted first by a peer replica")
-        except (sqlite3.Error, OutboxError) as exc:  # fail open: send them (a duplicate rather than a loss)
-            log.warning("could not check recovered notifications with the peer replicas (%s); sending them all", exc)
-            return
-        if taken:
-            for row_id, _key, channel, _at in rows:
-                if row_id in taken:
-                    self.metrics.notifications.labels(channel, "superseded").inc()
-        if rows:
-            log.info("recovered %d pending notification(s); %d taken over by a peer replica (not sent again)",
-                     len(rows), len(taken))
-
-    async def handle_peer_check(self, request: web.Request) -> web.Response:
-        """For a peer replica: did this one accept a webhook with this delivery key, and which of the group's
-        alerts did it see resolved? Same credentials as POST /alerts."""
-        if not self._authorized(request):
-            return self._refuse(request, 401, "unauthorized", "missing or wrong credentials")
-        try:
-            body = await request.json()
-            key, group = str(body["delivery_key"]), str(body["group_key"])
-        except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": "expected {delivery_key, group_key}"}, status=400)
-        loop = asyncio.get_running_loop()
-        try:
-            seen = await loop.run_in_executor(None, self.outbox.seen, key)
-            resolved = await loop.run_in_executor(None, self.outbox.resolutions, group)
-        except (sqlite3.Error, OutboxError):
-            return web.json_response({"error": "outbox unreadable"}, status=503)
-        return web.json_response({"seen": seen, "resolved": resolved})
 
     async def _watch(self, ids: list[int], now: float):
         """With ha.answer_wait: a future for the deliveries sent at once (deferred escalations left out)."""
@@ -466,8 +373,6 @@ class NotifierService:
                               reuse_port=True).start()
 
     async def _stop_http(self) -> None:
-        if self.peers is not None:
-            await self.peers.close()
         if self.guard is not None:
             await self.guard.stop()
         if self._runner is not None:
@@ -480,12 +385,12 @@ class NotifierService:
         async def main():
             self.committer.start()
             await self._start_http()
-            await self.reconcile()
             self.worker.start()
             shared = f" and on shared port {self.shared_port}" if self.shared_port is not None else ""
             log.info("notifier listening on http://%s:%d%s (outbox %s, channels: %s; at most %d connections)",
                      self.host, self.port, shared, self.outbox.path, ", ".join(self.channels) or "none",
                      self.guard.max_connections)
+            self.warn_replicas()
             if not self._credentials:
                 log.warning("no notifier.bearer_token or basic auth in the spec: POST /alerts accepts anyone")
             stop = asyncio.Event()
@@ -519,9 +424,7 @@ class NotifierService:
             started.set()
             self._loop.run_forever()
 
-        def reconcile():
-            asyncio.run_coroutine_threadsafe(self.reconcile(), self._loop).result(30)
-
+        self.warn_replicas()
         self._thread = threading.Thread(target=run, name="notifier-http", daemon=True)
         self._thread.start()
         started.wait(30)
@@ -531,7 +434,6 @@ class NotifierService:
             close_stopped_loop(self._loop, self._thread)
             self.outbox.close_all()  # a failed start holds no file, as a stopped service does
             raise errors[0]
-        reconcile()
         self.worker.start()
         return self
 

@@ -1,12 +1,15 @@
 """The HA chaos scenario: the whole alerting path replicated on loopback, a storm of about 500 alerts across
-the three layers, and one SIGKILL each of an Alertmanager peer, a notifier replica and a Prometheus replica
-at seeded moments during it, each restarted after a seeded downtime.
+the three layers, and at seeded moments during it: one SIGKILL each of an Alertmanager peer, a notifier
+replica (its local data folder deleted while it is down) and a Prometheus replica, each restarted after a
+seeded downtime; a SIGSTOP of the other notifier replica for longer than Alertmanager's webhook timeout
+(STOP_S), then SIGCONT; and one fast restart of the notifiers' shared PostgreSQL outbox.
 
 Stack (examples/ha/inferwatch.ha.yaml, addresses filled in with free ports, every file generated from it):
 the real Triton with the gateway and the Triton collector in front, four simulated GPU nodes of
 GPUS_PER_NODE GPUs each, two Prometheus replicas evaluating the generated rules, three Alertmanager peers
 clustered on loopback with the same generated configuration, two notifier replicas sharing one webhook port
-(--shared-port), and the provider simulators recording what each channel received.
+(--shared-port) and one PostgreSQL outbox (Debian's postgresql in a temporary folder,
+inferwatch/testing/postgres.py), and the provider simulators recording what each channel received.
 
 Storm: every GPU overheats at its own seeded moment within STORM_SPREAD_S (GpuTemperatureCritical to the
 phone, GpuThrottling to Slack: one group each per GPU), the classifier fails 30 % of its requests
@@ -21,6 +24,8 @@ import dataclasses
 import os
 import random
 import secrets
+import shutil
+import signal
 import sys
 import threading
 import time
@@ -36,6 +41,7 @@ from inferwatch.spec import Spec, load_spec
 from inferwatch.testing.alertmanager import AlertmanagerServer, start_alertmanager_cluster
 from inferwatch.testing.channels import ProviderSimulators
 from inferwatch.testing.chaos_figures import Figures, figures, fired_from_ranges, received_titles
+from inferwatch.testing.postgres import PostgresServer, start_postgres
 from inferwatch.testing.process import ManagedProcess, StackError, free_port, http_ok
 from inferwatch.testing.prometheus import PrometheusServer, start_prometheus_replicas
 from inferwatch.testing.triton import EXAMPLE_MODEL_REPOSITORY, REPO_ROOT, start_triton
@@ -47,6 +53,7 @@ GPUS_PER_NODE = 60
 STORM_SPREAD_S = 60.0         # the GPUs overheat at seeded moments over this long
 KILL_WINDOW_S = (8.0, 60.0)   # each kill at a seeded moment this far into the storm
 DOWNTIME_S = (3.0, 10.0)      # ... and a restart after a seeded downtime
+STOP_S = (21.0, 28.0)         # a notifier SIGSTOPped this long: past the webhook timeout, within its outbox lease
 HOLD_S = 150.0                # the storm lasts at most this long (less once every alert is accounted for)
 RESOLVE_S = 120.0             # time for every page to be resolved after the storm
 START_TIMEOUT_S = 150.0
@@ -54,16 +61,20 @@ TENANTS = ("acme", "globex", "initech", "umbrella", "hooli", "stark")  # the HA 
 CHANNEL_OF_PROVIDER = {"pagerduty": "phone", "slack": "oncall-slack", "wecom": "llm-owners-wecom"}
 ENV = {"pagerduty_key": "INFERWATCH_DEMO_PAGERDUTY_KEY", "pagerduty_url": "INFERWATCH_DEMO_PAGERDUTY_URL",
        "slack_url": "INFERWATCH_DEMO_SLACK_URL", "wecom_url": "INFERWATCH_DEMO_WECOM_URL",
-       "token": "INFERWATCH_DEMO_NOTIFIER_TOKEN"}
+       "token": "INFERWATCH_DEMO_NOTIFIER_TOKEN", "outbox_password": "INFERWATCH_DEMO_OUTBOX_PASSWORD"}
 
 
 # ------------------------------------------------------------------------------------------------ the plan
 @dataclasses.dataclass(frozen=True)
 class Kill:
-    kind: str          # alertmanager | notifier | prometheus
+    kind: str          # alertmanager | notifier | prometheus: SIGKILL; notifier-stop: SIGSTOP; postgres: restart
     at: float          # seconds into the storm
-    downtime: float    # seconds before the restart
+    downtime: float    # seconds before the restart (SIGCONT for a stop; for postgres, its own restart time)
     index: int = -1    # which replica (-1: the Alertmanager peer sending at that moment, position 0)
+
+    @property
+    def verb(self) -> str:
+        return {"notifier-stop": "SIGSTOP", "postgres": "fast restart of"}.get(self.kind, "SIGKILL")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,17 +88,27 @@ class Plan:
         rng = random.Random(seed)
         overheat = {(n, g): round(rng.uniform(0, STORM_SPREAD_S), 1)
                     for n in range(NODES) for g in range(GPUS_PER_NODE)}
+        killed = Kill("notifier", round(rng.uniform(*KILL_WINDOW_S), 1), round(rng.uniform(*DOWNTIME_S), 1),
+                      rng.randrange(2))
+        # The other replica stops at a moment its peer is up (one replica always answers): not from 2 s
+        # before the kill until 5 s after the restart.
+        stop_for = round(rng.uniform(*STOP_S), 1)
+        busy = (killed.at - stop_for - 2.0, killed.at + killed.downtime + 5.0)
+        choices = [t / 10 for t in range(int(KILL_WINDOW_S[0] * 10), int(KILL_WINDOW_S[1] * 10) + 1)
+                   if not busy[0] < t / 10 < busy[1]]
+        stop_at = rng.choice(choices) if choices else KILL_WINDOW_S[1] + killed.downtime + 5.0
         kills = (Kill("alertmanager", round(rng.uniform(*KILL_WINDOW_S), 1), round(rng.uniform(*DOWNTIME_S), 1)),
-                 Kill("notifier", round(rng.uniform(*KILL_WINDOW_S), 1), round(rng.uniform(*DOWNTIME_S), 1),
-                      rng.randrange(2)),
+                 killed,
+                 Kill("notifier-stop", stop_at, stop_for, 1 - killed.index),
+                 Kill("postgres", round(rng.uniform(*KILL_WINDOW_S), 1), 0.0),
                  Kill("prometheus", round(rng.uniform(*KILL_WINDOW_S), 1), round(rng.uniform(*DOWNTIME_S), 1),
                       rng.randrange(2)))
         return cls(seed, overheat, kills)
 
     def describe(self) -> str:
-        parts = [f"{k.kind}{'' if k.index < 0 else f' #{k.index}'} at +{k.at:.1f}s for {k.downtime:.1f}s"
-                 for k in self.kills]
-        return f"seed {self.seed}: SIGKILL " + "; ".join(parts)
+        parts = [f"{k.verb} {k.kind.split('-')[0]}{'' if k.index < 0 else f' #{k.index}'} at +{k.at:.1f}s"
+                 + (f" for {k.downtime:.1f}s" if k.kind != "postgres" else "") for k in self.kills]
+        return f"seed {self.seed}: " + "; ".join(parts) + " (the killed notifier's data folder deleted while down)"
 
 
 # --------------------------------------------------------------------------------------------- the config
@@ -110,8 +131,10 @@ def _ports(names: list[str]) -> dict[str, int]:
     return chosen
 
 
-def prepare(workdir: Path, sims: ProviderSimulators, spec_path: Path = HA_SPEC) -> ChaosConfig:
-    """Write `workdir/inferwatch.yaml` (the HA spec with free loopback ports) and every generated file."""
+def prepare(workdir: Path, sims: ProviderSimulators, postgres: PostgresServer,
+            spec_path: Path = HA_SPEC) -> ChaosConfig:
+    """Write `workdir/inferwatch.yaml` (the HA spec with free loopback ports and a fresh database on `postgres`
+    as the notifiers' outbox) and every generated file."""
     workdir = Path(workdir)
     names = (["triton_http", "triton_metrics", "gateway", "gateway_metrics", "collector", "notifier_shared",
               "notifier_0", "notifier_1", "prometheus_a", "prometheus_b"]
@@ -138,13 +161,15 @@ def prepare(workdir: Path, sims: ProviderSimulators, spec_path: Path = HA_SPEC) 
     n["token_file"] = str(workdir / "secrets" / "notifier-token")
     n["fallback_routing_key_file"] = str(workdir / "secrets" / "pagerduty-fallback-key")
     n["fallback_pagerduty_url"] = sims.pagerduty_url
+    n["outbox"]["url"] = postgres.create_database("chaos")
     path = workdir / "inferwatch.yaml"
     workdir.mkdir(parents=True, exist_ok=True)
     path.write_text("# examples/ha/inferwatch.ha.yaml with this run's ports filled in.\n"
                     + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     token = secrets.token_hex(16)
     env = {ENV["pagerduty_key"]: sims.pagerduty.routing_key, ENV["pagerduty_url"]: sims.pagerduty_url,
-           ENV["slack_url"]: sims.slack_url, ENV["wecom_url"]: sims.wecom_url(0), ENV["token"]: token}
+           ENV["slack_url"]: sims.slack_url, ENV["wecom_url"]: sims.wecom_url(0), ENV["token"]: token,
+           ENV["outbox_password"]: postgres.password}
     os.environ.update(env)  # the spec's ${...} secrets, resolved when it is loaded
     spec = load_spec(path)
     for rel, text in render_all(spec).items():
@@ -164,10 +189,12 @@ def prepare(workdir: Path, sims: ProviderSimulators, spec_path: Path = HA_SPEC) 
 # ---------------------------------------------------------------------------------------------- the stack
 class ChaosStack:
     """Every process of the scenario. The victims (Alertmanager peers, notifier replicas, Prometheus
-    replicas) can be SIGKILLed and started again on the same ports and data."""
+    replicas) can be SIGKILLed and started again on the same ports and data; `postgres` (started by the
+    caller) restarted."""
 
-    def __init__(self, config: ChaosConfig):
+    def __init__(self, config: ChaosConfig, postgres: PostgresServer):
         self.c = config
+        self.postgres = postgres
         self.processes: list[ManagedProcess] = []
         self.triton = None
         self.alertmanagers: list[AlertmanagerServer] = []
@@ -241,8 +268,10 @@ class ChaosStack:
     def victims(self, kind: str) -> list[ManagedProcess]:
         if kind == "alertmanager":
             return [a.process for a in self.alertmanagers]
-        if kind == "notifier":
+        if kind in ("notifier", "notifier-stop"):
             return list(self.notifiers)
+        if kind == "postgres":
+            return [self.postgres.process]
         return [self.prometheus[name].process for name in sorted(self.prometheus)]
 
     def sending_peer(self) -> int:
@@ -302,13 +331,22 @@ def _run_kills(stack: ChaosStack, plan: Plan, storm_start: float, records: list[
     def one(kill: Kill):
         try:
             time.sleep(max(0.0, storm_start + kill.at - time.time()))
-            index = stack.sending_peer() if kill.kind == "alertmanager" else kill.index
+            index = stack.sending_peer() if kill.kind == "alertmanager" else max(0, kill.index)
             victim = stack.victims(kill.kind)[index]
-            victim.kill()
             killed = time.time()
-            time.sleep(kill.downtime)
-            victim.start(timeout=START_TIMEOUT_S)
-            records.append(KillRecord(kill, index, killed, time.time(), victim.name))
+            if kill.kind == "postgres":
+                stack.postgres.restart_fast(timeout=START_TIMEOUT_S)
+            elif kill.kind == "notifier-stop":
+                victim.signal(signal.SIGSTOP)
+                time.sleep(kill.downtime)
+                victim.signal(signal.SIGCONT)
+            else:
+                victim.kill()
+                if kill.kind == "notifier":  # a lost node: its local folder goes with it
+                    shutil.rmtree(stack.c.workdir / f"notifier-{index}", ignore_errors=True)
+                time.sleep(kill.downtime)
+                victim.start(timeout=START_TIMEOUT_S)
+            records.append(KillRecord(kill, index, killed, time.time(), f"{kill.verb} {victim.name}"))
         except BaseException as exc:  # noqa: BLE001 - reported by the scenario
             errors.append(exc)
 
@@ -362,20 +400,27 @@ def run(workdir: Path, seed: int, *, say: Callable[[str], None] = print) -> Outc
     """Run the whole scenario once; returns its outcome (figures and kills)."""
     plan = Plan.from_seed(seed)
     say(plan.describe())
-    with ProviderSimulators() as sims:
-        config = prepare(workdir, sims)
-        stack = ChaosStack(config)
-        t0 = time.time()
-        stack.start()
-        say(f"stack up in {time.time() - t0:.0f}s: 2 Prometheus, 3 Alertmanager peers, 2 notifiers, "
-            f"{NODES} GPU nodes x {GPUS_PER_NODE} simulated GPUs, Triton")
-        flows = tuple(Flow(t, "chat-web", "realtime", 0.4, max_tokens=8) for t in TENANTS)
-        workload = Workload(f"http://{HOST}:{config.ports['gateway']}", stack.triton.url, config.spec, flows).start()
-        try:
-            return _storm(stack, workload, sims, config, plan, say)
-        finally:
-            workload.stop()
-            stack.stop()
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    postgres = start_postgres(workdir, timeout=START_TIMEOUT_S, name="chaos-postgres")
+    try:
+        with ProviderSimulators() as sims:
+            config = prepare(workdir, sims, postgres)
+            stack = ChaosStack(config, postgres)
+            t0 = time.time()
+            stack.start()
+            say(f"stack up in {time.time() - t0:.0f}s: 2 Prometheus, 3 Alertmanager peers, 2 notifiers on one "
+                f"PostgreSQL outbox, {NODES} GPU nodes x {GPUS_PER_NODE} simulated GPUs, Triton")
+            flows = tuple(Flow(t, "chat-web", "realtime", 0.4, max_tokens=8) for t in TENANTS)
+            workload = Workload(f"http://{HOST}:{config.ports['gateway']}", stack.triton.url, config.spec,
+                                flows).start()
+            try:
+                return _storm(stack, workload, sims, config, plan, say)
+            finally:
+                workload.stop()
+                stack.stop()
+    finally:
+        postgres.stop()
 
 
 def _wait_targets_up(stack: ChaosStack, timeout: float) -> None:

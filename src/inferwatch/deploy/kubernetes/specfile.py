@@ -34,17 +34,6 @@ def notifier_url(spec: Spec) -> str:
     return service_url(spec, "inferwatch-notifier", NOTIFIER_PORT)
 
 
-def notifier_pods(spec: Spec) -> list[str]:
-    """Each notifier replica's own address (StatefulSet pod DNS through the headless Service), for the
-    replicas to ask each other (notifier/replicas.py); none with one replica."""
-    from inferwatch.deploy.kubernetes.workloads import notifier_replicas
-
-    n = notifier_replicas(spec)
-    ns = spec.prometheus.kubernetes_namespace
-    return ([f"inferwatch-notifier-{i}.inferwatch-notifier-headless.{ns}.svc:{NOTIFIER_PORT}" for i in range(n)]
-            if n > 1 else [])
-
-
 def triton_url(spec: Spec) -> str:
     t = spec.kubernetes.triton
     return f"http://{t.service}.{t.namespace}.svc:{t.http_port}"
@@ -68,7 +57,7 @@ def cluster_spec(spec: Spec) -> Spec:
         prometheus=k.prometheus_url or f"http://prometheus-operated.{ns}.svc:9090",
         alertmanager=k.alertmanager_url or f"http://alertmanager-operated.{ns}.svc:9093",
         notifier=notifier_url(spec), gpu_exporters=[], triton_collectors=[], gateways=[],
-        notifiers=[*notifier_pods(spec)])
+        notifiers=[])  # the ServiceMonitor scrapes every notifier pod; replicas never address each other
     notifier = dataclasses.replace(spec.notifier, data_dir=OUTBOX_DIR)
     # The gateway's peer is the ingress controller's pod, never loopback (inferwatch.deploy.kubernetes.tenancy).
     gateway = dataclasses.replace(spec.gateway, tenant_trusted_proxies=pod_trusted_proxies(spec))
