@@ -146,11 +146,13 @@ def reset_sims(request):
 PROVIDER_OF = {"phone": "pagerduty", "call": "voice", "oncall-slack": "slack", "llm-wecom": "wecom"}
 
 
-def send_via(sims: ProviderSimulators, channel: str, body: dict, **notification) -> Received:
-    """Send `body` through the spec channel `channel` (make_spec's names); what its provider accepted."""
+def send_via(sims: ProviderSimulators, channel: str, body: dict | list[dict], **notification) -> Received:
+    """Send `body` through the spec channel `channel` (make_spec's names); what its provider accepted. A list
+    of bodies is sent as one digest (the message a rate-limited destination gets for several groups)."""
     spec = make_spec(sims)
+    groups = [message_from_dict(b) for b in (body if isinstance(body, list) else [body])]
     result = build_channel(channel, spec.channels[channel]).send(
-        Notification(channel=channel, groups=[message_from_dict(body)], **notification))
+        Notification(channel=channel, groups=groups, **notification))
     assert result.ok, result
     return getattr(sims, PROVIDER_OF[channel]).received[-1]
 

@@ -4,11 +4,14 @@ Plus the shared helpers: HTTP classification, truncation by runes/bytes, redacti
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from importlib.metadata import version
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +20,20 @@ from inferwatch.notifier.channels.base import classify_http, redact
 from inferwatch.notifier.channels.pagerduty import dedup_key
 from inferwatch.notifier.channels.text import cut_bytes, cut_runes, fit_lines, utf8_len
 from inferwatch.notifier.model import Notification, message_from_dict
-from notifier_support import fixture_body, make_spec, reset_sims, simulators, webhook  # noqa: F401 - reset_sims is an autouse fixture
+from inferwatch.notifier.service import NotifierService
+from inferwatch.redaction import secret_parts
+from inferwatch.spec import Secret, spec_from_dict
+from inferwatch.testing.process import free_port
+from notifier_support import (  # noqa: F401 - reset_sims is an autouse fixture
+    AUTH,
+    fixture_body,
+    make_spec,
+    reset_sims,
+    simulators,
+    spec_data,
+    wait_for,
+    webhook,
+)
 
 
 @pytest.fixture(scope="module")
@@ -254,10 +270,6 @@ def test_unreachable_provider_is_retryable_and_no_secret_leaks(sims, name, caplo
     spec = make_spec(sims)
     cspec = spec.channels[name]
     dead = "http://127.0.0.1:9/"  # discard port: connection refused
-    import dataclasses
-
-    from inferwatch.spec import Secret
-
     if cspec.type == "pagerduty":
         cspec = dataclasses.replace(cspec, url=Secret(literal=dead + "v2/enqueue?token=SEKRET-PD"))
     else:
@@ -267,6 +279,56 @@ def test_unreachable_provider_is_retryable_and_no_secret_leaks(sims, name, caplo
     assert (r.ok, r.retryable, r.reason) == (False, True, "connection")
     for text in (r.detail, caplog.text):
         assert "SEKRET" not in text and sims.pagerduty.routing_key not in text
+
+
+def _closed(url: str, port: int) -> str:
+    """`url` with its host:port replaced by 127.0.0.1:`port` (path and query, the secret parts, kept)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"127.0.0.1:{port}"))
+
+
+def _secrets(sims, cspec) -> set[str]:
+    """What must never be printed of a channel's destination: the secret parts of its URL (the URL, a Slack
+    hook's token path segment, a WeCom key), its path and query, the PagerDuty key and the voice token."""
+    url = cspec.url.reveal()
+    parts = urlsplit(url)
+    out = secret_parts(url) | {parts.path} | ({parts.query} if parts.query else set())
+    return out | {sims.pagerduty.routing_key, sims.voice.token}
+
+
+@pytest.mark.parametrize("name", ["phone", "call", "oncall-slack", "llm-wecom"])
+def test_a_send_that_cannot_connect_logs_its_destination_host_and_receiver_never_the_secret(sims, name, caplog):
+    port = free_port()  # nothing listens there: connection refused
+    spec = make_spec(sims)
+    cspec = spec.channels[name]
+    cspec = dataclasses.replace(cspec, url=Secret(literal=_closed(cspec.url.reveal(), port)))
+    with caplog.at_level(logging.WARNING):
+        r = build_channel(name, cspec).send(note(webhook("X", "L1"), name))
+    assert (r.ok, r.reason) == (False, "connection")
+    assert f"127.0.0.1:{port}" in r.detail and "Connection refused" in r.detail
+    lines = [rec.getMessage() for rec in caplog.records if rec.name.endswith("channels.base")]
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and f"channel {name} " in lines[0], lines
+    for secret in _secrets(sims, cspec):
+        assert secret not in lines[0] and secret not in r.detail, secret
+
+
+def test_the_delivery_worker_names_the_destination_host_and_receiver_of_a_failed_send(sims, tmp_path, caplog):
+    port = free_port()
+    data = spec_data(sims, retry_initial="100ms", retry_max="200ms")
+    data["channels"]["oncall-slack"]["url"] = _closed(sims.slack_url, port)
+    svc = NotifierService(spec_from_dict(data), tmp_path / "d", port=0).start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            r = requests.post(svc.url + "/alerts", json=webhook("X", "L2"), headers=AUTH, timeout=10)
+            assert r.status_code == 200, r.text
+            retried = wait_for(lambda: [rec.getMessage() for rec in caplog.records
+                                        if rec.getMessage().startswith("delivery to oncall-slack failed")],
+                               what="the worker's retry line")
+    finally:
+        svc.stop()
+    assert f"127.0.0.1:{port}" in retried[0] and "connection" in retried[0], retried
+    for secret in secret_parts(data["channels"]["oncall-slack"]["url"]) | {urlsplit(sims.slack_url).path}:
+        assert secret not in caplog.text, secret
 
 
 @pytest.mark.parametrize("kind, field", [("wecom", "url"), ("slack", "url"), ("voice", "url"),

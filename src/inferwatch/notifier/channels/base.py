@@ -131,6 +131,7 @@ class HttpChannel:
         self.size_limit: int | None = None
         self.last_size = 0     # size of the last message rendered (what a "too long" answer refers to)
         self.last_budget = 0   # the size it was rendered within
+        self.destination = ""  # host:port of the current send's URL (redaction.address), once it is known
 
     def close(self) -> None:
         """Close the session's kept-alive connections; a later send opens new ones."""
@@ -138,10 +139,16 @@ class HttpChannel:
 
     def send(self, notification: Notification) -> DeliveryResult:
         """Render and send `notification`; never raises for provider trouble or a missing secret."""
+        self.destination = ""
         try:
             result = self.deliver(notification)
         except SecretMissing as exc:
             result = DeliveryResult.fail("secret_missing", str(exc), retryable=True)
+        if not result.ok and self.destination:
+            # Named in the result, so that every line about it (this one, the worker's retry and dead-letter
+            # lines, the outbox's last error) says where the send went; only host:port (the path and query
+            # of a chat webhook URL are its secret).
+            result = dataclasses.replace(result, detail=f"{result.detail} (destination {self.destination})")
         if result.reason == "too_long":
             result = self._learn_too_long(result)
         elif result.ok and self.size_limit is not None and self.last_budget < self.size_limit:
@@ -173,12 +180,17 @@ class HttpChannel:
         classification). The whole send (connect, request, answer) has the channel's `timeout` as its
         deadline and at most MAX_ANSWER_BYTES of the answer is read (see answer.py). Exceptions become
         retryable results; every detail is redacted of `secrets`."""
+        try:
+            self.destination = redaction.address(url)
+        except ValueError:
+            self.destination = "(a malformed URL)"
         data = json_bytes(body) if isinstance(body, dict) else body
         all_headers = {"Content-Type": "application/json; charset=utf-8", **(headers or {})}
         try:
             resp = post_within(self.session, url, data, all_headers, self.spec.timeout.seconds)
         except requests.RequestException as exc:
-            return None, classify_exception(exc)
+            result = classify_exception(exc)
+            return None, dataclasses.replace(result, detail=redact(result.detail, secrets))
         result = classify_http(resp.status_code, resp.text, resp.headers.get("Retry-After"))
         if result.detail:
             result = dataclasses.replace(result, detail=redact(result.detail, secrets))
@@ -213,12 +225,33 @@ def classify_http(status: int, body: str = "", retry_after: str | None = None) -
 
 
 def classify_exception(exc: Exception) -> DeliveryResult:
-    """A requests exception as a retryable failure (the message never includes the URL: it may hold a key)."""
+    """A requests exception as a retryable failure: `ConnectionError: [Errno 111] Connection refused`. The
+    detail is the exception's type and the operating system's error under it (os_error), never the
+    exception's own message: requests and urllib3 put the URL, which may hold a key, in theirs."""
     if isinstance(exc, DeadlineExceeded):  # its message names the deadline, never the URL
         return DeliveryResult.fail("timeout", f"{type(exc).__name__}: {exc}", retryable=True)
+    cause = os_error(exc)
+    detail = type(exc).__name__ + (f": {cause}" if cause else "")
     if isinstance(exc, requests.Timeout):
-        return DeliveryResult.fail("timeout", type(exc).__name__, retryable=True)
-    return DeliveryResult.fail("connection", type(exc).__name__, retryable=True)
+        return DeliveryResult.fail("timeout", detail, retryable=True)
+    return DeliveryResult.fail("connection", detail, retryable=True)
+
+
+def os_error(exc: BaseException) -> str:
+    """`[Errno 111] Connection refused`, `[Errno -2] Name or service not known`: the first error with an
+    errno in the chain under `exc` (its args, urllib3's `reason`, `__cause__`, `__context__`); '' when none.
+    requests' and urllib3's own exceptions are OSErrors without an errno, so they are passed over."""
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno is not None and e.strerror:
+            return f"[Errno {e.errno}] {e.strerror}"
+        todo += [*e.args, getattr(e, "reason", None), e.__cause__, e.__context__]
+    return ""
 
 
 def too_long(result: DeliveryResult) -> DeliveryResult:

@@ -7,6 +7,9 @@ Every label and annotation is reachable from the message:
   - alert level: the labels that tell the alert apart from the group (its identity), in the text; the
     annotations the template does not show in a details line; runbook_url and generatorURL as links when
     they are http(s) URLs, in the details otherwise.
+A digest (several groups in one chat message, when a destination's rate holds messages back) gives each
+group one line that tells it apart from the others (digest_lines): its status and count, alert name,
+severity, the labels whose values differ between the groups, and its runbook link.
 Counts never over-claim: Alertmanager's `truncatedAlerts` are alerts it left out of the payload without
 saying whether they fire, so the title says "12 more not included", never "FIRING:14", and the counts of a
 cut group are lower bounds: `[FIRING:2+] ... — at least 2 firing, at least 1 resolved, 37 more not included
@@ -16,6 +19,7 @@ cut group are lower bounds: `[FIRING:2+] ... — at least 2 firing, at least 1 r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import string
 from collections import Counter
 
@@ -26,6 +30,11 @@ from inferwatch.notifier.model import Alert, Notification, WebhookMessage
 KEY_LABELS = ("severity", "layer", "node", "gpu", "triton", "model", "version", "tenant", "tier", "window", "team",
               "instance", "job", "route")
 LINK_ANNOTATIONS = ("runbook_url",)
+DIGEST_LINE_LABELS = 6         # labels named on one group's line of a digest; the others are counted
+DIGEST_LINE_VALUES = 3         # values named of a label that varies inside one group; the others are counted
+DIGEST_VALUE_CHARS = 60        # a label value (or alert name) on a digest line, at most, cut marker included
+DIGEST_URL_MAX_CHARS = 1000    # a longer runbook URL is not linked from a digest line (it cannot be cut)
+DIGEST_MORE_NAMES = 5          # alert names counted in a digest's "…and N more group(s)" line, at most
 TEMPLATE_ANNOTATIONS = ("summary", "description", "runbook_url")  # annotations a template can place
 
 
@@ -188,3 +197,102 @@ def _alert_view(alert: Alert, group: WebhookMessage, shown_by_template: set[str]
     elif alert.generator_url:
         details.append(("generatorURL", alert.generator_url))
     return AlertView(alert, alert_fields(alert, group), identity, details, links)
+
+
+# ------------------------------------------------------------------------------------------------ digests
+class DigestLine:
+    """One group on its line of a digest: what tells it apart from the digest's other groups. Name and
+    status are known for every group (the "…and N more" line counts them); the rest is worked out only for
+    the lines a message shows."""
+
+    def __init__(self, group: WebhookMessage, summary: dict[str, str], differ: set[str]):
+        self.group = group
+        self._summary = summary
+        self._differ = differ
+        self.name = summary.get("alertname", "")   # '' when the group has none; `A,B` when its alerts differ
+        self.severity = summary.get("severity", "")
+
+    @property
+    def status(self) -> str:
+        return self.group.status
+
+    @functools.cached_property
+    def tag(self) -> str:
+        """`[FIRING:2]`, `[RESOLVED:1]`, `[FIRING:2+]` (title_parts' first piece)."""
+        return title_parts(self.group)[0][0].strip()
+
+    @functools.cached_property
+    def counts(self) -> str:
+        """counts_phrase: '' when the tag says it all."""
+        return counts_phrase(self.group)
+
+    @functools.cached_property
+    def _named(self) -> list[tuple[str, str]]:
+        s, g = self._summary, self.group
+        if self._differ:
+            return _ordered({k: s[k] for k in self._differ if k in s})
+        return [(k, v) for k, v in g.group_labels.items() if k not in ("alertname", "severity") and v]
+
+    @property
+    def labels(self) -> list[tuple[str, str]]:
+        """The labels that tell the groups apart (see digest_lines), at most DIGEST_LINE_LABELS."""
+        return self._named[:DIGEST_LINE_LABELS]
+
+    @property
+    def more_labels(self) -> int:
+        """Labels that tell the groups apart but are not named (over DIGEST_LINE_LABELS)."""
+        return max(0, len(self._named) - DIGEST_LINE_LABELS)
+
+    @functools.cached_property
+    def runbook(self) -> str:
+        """The group's runbook_url (shared, else its first alert's): an http(s) URL of at most
+        DIGEST_URL_MAX_CHARS, or ''."""
+        g = self.group
+        url = g.common_annotations.get("runbook_url") or next(
+            (a.annotations["runbook_url"] for a in g.firing + g.resolved if a.annotations.get("runbook_url")), "")
+        return url if len(url) <= DIGEST_URL_MAX_CHARS and is_http_url(url) else ""
+
+
+def digest_lines(n: Notification) -> list[DigestLine]:
+    """One DigestLine per group of `n`, firing groups first (then in the order given).
+
+    The labels named are the ones that tell the groups apart: every label whose value is not the same in
+    all groups (present in some and not others counts as differing), key labels (KEY_LABELS) first, at most
+    DIGEST_LINE_LABELS. A group's value of a label is its common label, or for a label its alerts do not
+    share, their values (`0,1,2,+5`). When no label differs (one group firing and then resolved), its group
+    labels (Alertmanager's `groupLabels`) are named instead. Alert name and severity are named apart and
+    never counted among the labels. Cost: linear in the number of labels of all alerts."""
+    summaries = [_label_summary(g) for g in n.groups]
+    values: dict[str, set] = {}
+    for s in summaries:
+        for k in s:
+            values.setdefault(k, set())
+    for s in summaries:
+        for k, vs in values.items():
+            vs.add(s.get(k))
+    differ = {k for k, vs in values.items() if len(vs) > 1} - {"alertname", "severity"}
+    lines = [DigestLine(g, s, differ) for g, s in zip(n.groups, summaries, strict=True)]
+    return [x for x in lines if x.status == "firing"] + [x for x in lines if x.status != "firing"]
+
+
+def _label_summary(g: WebhookMessage) -> dict[str, str]:
+    """The group's labels: its common (and group) labels as they are; a label its alerts do not share as
+    their values, sorted, the first DIGEST_LINE_VALUES named and the rest counted (`0,1,2,+5`)."""
+    out = {k: v for k, v in g.group_labels.items() if v}
+    out.update((k, v) for k, v in g.common_labels.items() if v)
+    varying: dict[str, set[str]] = {}
+    for a in g.alerts:
+        for k, v in a.labels.items():
+            if k not in out and v:
+                varying.setdefault(k, set()).add(v)
+    for k, vs in varying.items():
+        first = sorted(vs)[:DIGEST_LINE_VALUES]
+        out[k] = ",".join(first) + (f",+{len(vs) - len(first)}" if len(vs) > len(first) else "")
+    return out
+
+
+def omitted_names(lines: list[DigestLine]) -> list[tuple[str, str, int]]:
+    """(alertname, status, groups) over `lines`, most groups first: what a digest's "…and N more group(s)"
+    line counts."""
+    counter: Counter = Counter((x.name, x.status) for x in lines)
+    return [(name, status, c) for (name, status), c in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))]

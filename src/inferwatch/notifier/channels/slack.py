@@ -15,6 +15,8 @@ Prometheus buttons. Limits: header ≤ 150 characters, ≤ 50 blocks, section te
 for every block), and a cumulative limit Slack does not document: it answers `msg_blocks_too_long` near
 12,000 characters of text (slackapi/bolt-js#2509), so messages are rendered within MESSAGE_MAX_CHARS,
 cutting the longest fields first; when even MIN_FIELD_CHARS per field does not fit, one line per alert.
+Several groups in one message (a backlog held back by the rate): one line per group (common.digest_lines) in
+as many blocks as fit, the groups that do not fit counted by name in a last line.
 Answers: HTTP 200 `ok`; 400 with a short text (`invalid_blocks`, `no_text`, `msg_too_long`,
 `msg_blocks_too_long`), 403 `invalid_token`, 404 `no_service`, 429 with Retry-After.
 """
@@ -26,14 +28,18 @@ from typing import Any
 
 from inferwatch.notifier.channels.base import DeliveryResult, HttpChannel, reveal, too_long
 from inferwatch.notifier.channels.common import (
+    DIGEST_MORE_NAMES,
+    DIGEST_VALUE_CHARS,
     AlertView,
+    DigestLine,
     GroupView,
     coalesced_title,
     counts_by_name,
+    digest_lines,
     group_title,
     group_view,
     is_http_url,
-    title_parts,
+    omitted_names,
 )
 from inferwatch.notifier.channels.template import SLACK_MARKERS, Run, cut_run, template_lines
 from inferwatch.notifier.channels.text import MIN_FIELD_CHARS, cut_runes, fit_field_cap
@@ -236,25 +242,102 @@ class SlackChannel(HttpChannel):
 
     # ------------------------------------------------------------------------------------ digests
     def _coalesced(self, n: Notification, budget: int) -> dict:
+        """Header, alerts counted by name (within a quarter of the budget), one line per group (see
+        common.digest_lines) in as many blocks as fit `budget` characters and MAX_BLOCKS, then a line
+        counting the groups left out by name, and the Alertmanager button."""
         title = self._title(n)
         head = self._head(n, title)
-        room = min(BLOCK_MAX_CHARS, max(200, (budget - text_chars(head)) // 2))
+        buttons = []
+        if is_http_url(n.groups[0].external_url):
+            buttons = [{"type": "actions", "elements": [{"type": "button", "text": {
+                "type": "plain_text", "text": "Alertmanager"}, "url": n.groups[0].external_url}]}]
         counts = [[_el("• ")] + _value(name or "(no alertname)", MIN_FIELD_CHARS) + [_el(f" ({status}): {c}")]
                   for name, status, c in counts_by_name(n)]
-        groups = []
-        for g in n.groups:
-            els = [{"type": "emoji", "name": EMOJI.get(g.status, "bell")}, _el(" ")]
-            els += [x for text, is_value in title_parts(g) for x in
-                    (_value(text, MIN_FIELD_CHARS) if is_value else [_el(text)])]
-            groups.append(els)
+        room = min(BLOCK_MAX_CHARS, max(200, (budget - text_chars(head)) // 4))
         blocks = head + [_rich([_el("Alerts by name:\n", ("bold",))]
-                               + _fit_element_lines(counts, room, lambda k: f"…and {k} more name(s)")),
-                         _rich([_el("Groups:\n", ("bold",))]
-                               + _fit_element_lines(groups, room, lambda k: f"…and {k} more group(s)"))]
-        if is_http_url(n.groups[0].external_url):
-            blocks.append({"type": "actions", "elements": [{"type": "button", "text": {
-                "type": "plain_text", "text": "Alertmanager"}, "url": n.groups[0].external_url}]})
-        return {"text": cut_runes(escape(title), BLOCK_MAX_CHARS), "blocks": blocks}
+                               + _fit_element_lines(counts, room, lambda k: f"…and {k} more name(s)"))]
+        lines = digest_lines(n)
+        room = budget - text_chars(blocks) - text_chars(buttons)
+        packed, used = self._pack(lines, room, MAX_BLOCKS - len(blocks) - len(buttons) - 1)
+        shown = len(used)
+        more = None
+        while shown < len(lines):
+            # Every name counted, at the cost of a few lines; fewer names only when no line is left.
+            more = self._more_groups(lines[shown:], room - (used[shown - 1] if shown else 0), all_names=shown > 0)
+            if more is not None or shown == 0:
+                break
+            shown -= 1
+        blocks += _cut_packed(packed, shown)
+        if shown < len(lines):
+            blocks.append(_rich(more or [_el(f"…and {len(lines) - shown} more group(s)", ("italic",))]))
+        return {"text": cut_runes(escape(title), BLOCK_MAX_CHARS), "blocks": blocks + buttons}
+
+    @staticmethod
+    def _digest_line(line: DigestLine) -> list[dict]:
+        """`:rotating_light: [FIRING:1] GpuXidError · critical · node=node-a gpu=3 · Runbook`: values as
+        rich-text elements (shown as written), each cut to DIGEST_VALUE_CHARS."""
+        els = [{"type": "emoji", "name": EMOJI.get(line.status, "bell")}, _el(f" {line.tag} ")]
+        els += _value(line.name or "(no alertname)", DIGEST_VALUE_CHARS, ("bold",))
+        if line.severity:
+            els += [_el(" · ")] + _value(line.severity, DIGEST_VALUE_CHARS)
+        if line.labels:
+            els += [_el(" · ")] + _pairs(line.labels, DIGEST_VALUE_CHARS, " ", ("code",))
+        if line.more_labels:
+            els.append(_el(f" (+{line.more_labels} label(s))"))
+        if line.counts:
+            els.append(_el(f" — {line.counts}"))
+        if line.runbook:
+            els += [_el(" · "), {"type": "link", "url": line.runbook, "text": "Runbook"}]
+        return els
+
+    def _pack(self, lines: list[DigestLine], room: int, max_blocks: int) -> tuple[list[list[list[dict]]], list[int]]:
+        """The group lines, in order, as blocks of lines (each block ≤ BLOCK_MAX_CHARS) within `room`
+        characters and `max_blocks`; and the characters used after each line packed. Rendering stops at the
+        first line that does not fit, so a digest of thousands of groups renders only what it shows."""
+        label = [_el("Groups:\n", ("bold",))]
+        blocks: list[list[list[dict]]] = []
+        used: list[int] = []
+        total = block_size = 0
+        for line in lines:
+            els = self._digest_line(line)
+            size = text_chars(els)
+            new_block = not blocks or block_size + 1 + size > BLOCK_MAX_CHARS
+            if new_block:
+                size += text_chars(label) if not blocks else 0
+                if len(blocks) == max_blocks or size > BLOCK_MAX_CHARS:
+                    break
+            else:
+                size += 1  # the newline before it
+            if total + size > room:
+                break
+            if new_block:
+                blocks.append([])
+                block_size = 0
+            blocks[-1].append(els)
+            block_size += size
+            total += size
+            used.append(total)
+        return blocks, used
+
+    @staticmethod
+    def _more_groups(omitted: list[DigestLine], room: int, all_names: bool = False) -> list[dict] | None:
+        """`…and 12 more group(s) not shown: 10 × GpuXidError (firing), 2 × TritonServerDown (resolved) — see
+        Alertmanager`, naming as many of the DIGEST_MORE_NAMES most frequent names as fit `room` characters
+        (the others counted as names; with `all_names`, all of those or None); None when not even the count
+        fits."""
+        names = omitted_names(omitted)
+        most = min(DIGEST_MORE_NAMES, len(names))
+        for keep in range(most, most - 1 if all_names else -1, -1):
+            els = [_el(f"…and {len(omitted)} more group(s) not shown: ", ("italic",))]
+            for i, (name, status, c) in enumerate(names[:keep]):
+                els += [_el(f"{', ' if i else ''}{c} × ")] + _value(name or "(no alertname)", DIGEST_VALUE_CHARS) \
+                    + [_el(f" ({status})")]
+            if len(names) > keep:
+                els.append(_el(f"{', ' if keep else ''}{len(names) - keep} other name(s)"))
+            els.append(_el(" — see Alertmanager", ("italic",)))
+            if text_chars(els) <= min(room, BLOCK_MAX_CHARS):
+                return els
+        return None
 
     # ------------------------------------------------------------------------------------ sending
     def deliver(self, notification: Notification) -> DeliveryResult:
@@ -263,6 +346,21 @@ class SlackChannel(HttpChannel):
         if resp is not None and resp.status_code in (400, 413) and "too_long" in resp.text:
             return too_long(result)  # msg_too_long, msg_blocks_too_long
         return result
+
+
+def _cut_packed(packed: list[list[list[dict]]], shown: int) -> list[dict]:
+    """The first `shown` lines of `packed` (blocks of lines) as rich-text blocks, "Groups:" before the first."""
+    out: list[dict] = []
+    for block in packed:
+        lines = block[:shown]
+        shown -= len(lines)
+        if not lines:
+            break
+        els: list[dict] = [_el("Groups:\n", ("bold",))] if not out else []
+        for i, line in enumerate(lines):
+            els += ([_el("\n")] if i else []) + line
+        out.append(_rich(els))
+    return out
 
 
 def _fit_element_lines(lines: list[list[dict]], room: int, more) -> list[dict]:

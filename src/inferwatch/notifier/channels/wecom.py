@@ -20,6 +20,8 @@ marker saying how much), down to DIGEST_MIN_CHARS; then as many whole alerts as 
 first), and the others are left out; a last line always says how many alerts were shortened and how many left
 out, with the Alertmanager link. Only when not even one alert fits, the first alert is shown with short fields
 and the others in one line each (status and identity), still counted. Lines are never cut in half.
+Several groups in one message (a backlog held back by the 20-a-minute rate): one line per group
+(common.digest_lines), as many as fit, the groups that do not fit counted by name in a last line.
 """
 
 from __future__ import annotations
@@ -30,12 +32,17 @@ from typing import Any
 
 from inferwatch.notifier.channels.base import DeliveryResult, HttpChannel, redact, reveal, too_long
 from inferwatch.notifier.channels.common import (
+    DIGEST_MORE_NAMES,
+    DIGEST_VALUE_CHARS,
     AlertView,
+    DigestLine,
     GroupView,
     coalesced_title,
     counts_by_name,
+    digest_lines,
     group_view,
     is_http_url,
+    omitted_names,
     title_parts,
 )
 from inferwatch.notifier.channels.template import WECOM_MARKERS, Line, Run, cut_run, plain, template_lines
@@ -357,13 +364,68 @@ class WeComChannel(HttpChannel):
         return text + ("\n" + note if note else "")
 
     def _coalesced(self, n: Notification, fmt: _Markdown, budget: int, am: str) -> str:
+        """Title, alerts counted by name (within a quarter of `budget`), one line per group (see
+        common.digest_lines) as many as fit `budget` bytes, then a line counting the groups left out by name
+        with the Alertmanager link. Whole lines only."""
         status = n.status
         title = coalesced_title(n)
         head = f'## <font color="{COLOR[status]}">{title}</font>' if fmt.markdown else title
         counts = [fmt.quote(f"{fmt.value(name)} ({st}): {c}") for name, st, c in counts_by_name(n)]
-        groups = [fmt.title(self._title(g, fmt), g.status).removeprefix("## ") for g in n.groups]
-        text, _ = fit_lines(head, counts + groups, budget, lambda k: fmt.more(k, am), measure=utf8_len)
-        return text
+        head, _ = fit_lines(head, counts, max(utf8_len(head) + 200, budget // 4),
+                            lambda k: fmt.quote(f"…and {k} more name(s)"), measure=utf8_len)
+        lines = digest_lines(n)
+        used: list[int] = []  # bytes after each group line
+        total = utf8_len(head)
+        for line in lines:  # rendering stops at the first line that does not fit
+            total += 1 + utf8_len(self._digest_line(line, fmt))
+            if total > budget:
+                break
+            used.append(total)
+        shown = len(used)
+        more = None
+        while shown < len(lines):
+            before = used[shown - 1] if shown else utf8_len(head)
+            # Every name counted, at the cost of a few lines; fewer names only when no line is left.
+            more = self._more_groups(lines[shown:], fmt, am, budget - before - 1, all_names=shown > 0)
+            if more is not None or shown == 0:
+                break
+            shown -= 1
+        out = [head, *(self._digest_line(x, fmt) for x in lines[:shown])]
+        if shown < len(lines):
+            out.append(more or fmt.more(len(lines) - shown, am))
+        return "\n".join(out)
+
+    def _digest_line(self, line: DigestLine, fmt: _Markdown) -> str:
+        """`[FIRING:1] GpuXidError · critical · node=node-a gpu=3 · [Runbook](url)`, values literal (see
+        md_literal), each cut to DIGEST_VALUE_CHARS."""
+        title = f"{line.tag} {self._cut(line.name or '(no alertname)', fmt, DIGEST_VALUE_CHARS)}"
+        parts = [f'<font color="{COLOR.get(line.status, "comment")}">{title}</font>' if fmt.markdown else title]
+        if line.severity:
+            parts.append(self._cut(line.severity, fmt, DIGEST_VALUE_CHARS))
+        if line.labels:
+            parts.append(self._pairs(line.labels, fmt, DIGEST_VALUE_CHARS, " ")
+                         + (f" (+{line.more_labels} label(s))" if line.more_labels else ""))
+        text = SEP.join(parts) + (f" — {line.counts}" if line.counts else "")
+        return text + (SEP + fmt.links([("Runbook", line.runbook)]) if line.runbook else "")
+
+    def _more_groups(self, omitted: list[DigestLine], fmt: _Markdown, am: str, room: int,
+                     all_names: bool = False) -> str | None:
+        """`…and 12 more group(s) not shown: 10 × GpuXidError (firing), 2 × TritonServerDown (resolved) — see
+        Alertmanager`, naming as many of the DIGEST_MORE_NAMES most frequent names as fit `room` bytes (the
+        others counted as names; with `all_names`, all of those or None); None when not even the count fits."""
+        names = omitted_names(omitted)
+        link = ((" — " + _link("Alertmanager", am)) if fmt.markdown else f", see Alertmanager: {am}") if am \
+            else " — see Alertmanager"
+        most = min(DIGEST_MORE_NAMES, len(names))
+        for keep in range(most, most - 1 if all_names else -1, -1):
+            named = [f"{c} × {self._cut(name or '(no alertname)', fmt, DIGEST_VALUE_CHARS)} ({status})"
+                     for name, status, c in names[:keep]]
+            if len(names) > keep:
+                named.append(f"{len(names) - keep} other name(s)")
+            text = f"…and {len(omitted)} more group(s) not shown: " + ", ".join(named) + link
+            if utf8_len(text) <= room:
+                return text
+        return None
 
     # ------------------------------------------------------------------------------------ sending
     def deliver(self, notification: Notification) -> DeliveryResult:
