@@ -206,5 +206,9 @@ class Exchange:
             self._failed(exc, "finish")
             usage = self.meter.usage(outcome, code, now - self.meter.started)
         if usage is not None and self._sink is not None:
-            self._sink(usage)  # Gateway's sink: counts and logs a record it cannot write, never raises
+            try:
+                self._sink(usage)  # Gateway's sink counts and logs a record it cannot write; any other raising
+            except Exception as exc:  # noqa: BLE001 - sink must not cost the answer or the next request
+                _bugs.log(f"sink:{exc.__class__.__name__}", logging.ERROR, "usage record not written (%s: %s)",
+                          exc.__class__.__name__, exc)
         return usage
